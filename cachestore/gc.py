@@ -1,0 +1,167 @@
+"""Garbage collection: keep what is rooted, recent or pinned; delete the rest.
+
+Roots come from the caller (the avatar keys of the files now in the personas folder
+under the current recipe). The whole decision and every deletion happen in one
+write transaction, so a concurrent writer sees the store before or after gc, never
+between; a render's read transaction keeps its snapshot.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from cachestore.store import Store, pack, unpack
+
+DAY = 24 * 3600.0
+
+
+@dataclass
+class GcPlan:
+    avatars: list[str] = field(default_factory=list)
+    stages: list[str] = field(default_factory=list)
+    blobs: list[str] = field(default_factory=list)
+    freed: dict[str, int] = field(default_factory=dict)  # entry "db:key" -> bytes
+    total_entries: int = 0
+    total_bytes: int = 0
+
+    @property
+    def deleted(self) -> int:
+        return len(self.avatars) + len(self.stages) + len(self.blobs)
+
+    @property
+    def reclaimed(self) -> int:
+        return sum(self.freed.values())
+
+    def lines(self) -> list[str]:
+        """One line per entry deleted, with its bytes: what --dry-run prints."""
+        return [f"{name}\t{size}" for name, size in sorted(self.freed.items())]
+
+
+def collect(
+    store: Store,
+    roots: Iterable[str],
+    grace: float = DAY,
+    max_size: int | None = None,
+    dry_run: bool = False,
+    now: float | None = None,
+) -> GcPlan:
+    """Delete unrooted avatars and stages older than `grace` seconds, then unnamed blobs.
+
+    With max_size, also evict least-recently-used unpinned avatars until the bytes of
+    what remains fit. Returns the plan, which a dry run computes without applying.
+    Raises StoreError subclasses from the store; refuses a read-only store.
+    """
+    if store.readonly and not dry_run:
+        raise PermissionError(f"{store.path} is open read-only; gc needs write access")
+    now = time.time() if now is None else now
+    roots = set(roots)
+
+    def plan_in(txn) -> GcPlan:
+        return _plan(store, txn, roots, grace, max_size, now)
+
+    if dry_run:
+        with store.read() as r:
+            return plan_in(r.txn)
+
+    def apply(txn) -> GcPlan:
+        plan = plan_in(txn)
+        for db, keys in (
+            ("avatar", plan.avatars),
+            ("access", plan.avatars),
+            ("stage", plan.stages),
+            ("blob", plan.blobs),
+        ):
+            for key in keys:
+                txn.delete(key.encode(), db=store.dbs[db])
+        record = {
+            "time": now,
+            "deleted": plan.deleted,
+            "of": plan.total_entries,
+            "reclaimed": plan.reclaimed,
+            "of_bytes": plan.total_bytes,
+        }
+        txn.put(b"last_gc", pack(record), db=store.dbs["meta"])
+        return plan
+
+    return store.write(apply)
+
+
+def _plan(
+    store: Store, txn, roots: set[str], grace: float, max_size: int | None, now: float
+) -> GcPlan:
+    def table(db: str) -> dict[str, tuple[object, int]]:
+        with txn.cursor(db=store.dbs[db]) as cur:
+            return {bytes(k).decode(): (v, len(k) + len(v)) for k, v in cur}
+
+    avatars = {k: (unpack(v), n) for k, (v, n) in table("avatar").items()}
+    stages = {k: (unpack(v), n) for k, (v, n) in table("stage").items()}
+    access = {k: unpack(v) for k, (v, _) in table("access").items()}
+    pins = set(table("pin"))
+    with txn.cursor(db=store.dbs["blob"]) as cur:
+        blob_sizes = {bytes(k).decode(): len(k) + len(v) for k, v in cur}
+
+    plan = GcPlan(total_entries=len(avatars) + len(stages) + len(blob_sizes))
+    plan.total_bytes = (
+        sum(n for _, n in avatars.values())
+        + sum(n for _, n in stages.values())
+        + sum(blob_sizes.values())
+    )
+
+    def recent(t: float) -> bool:
+        return now - t < grace
+
+    keep_avatars = {
+        k
+        for k, (rec, _) in avatars.items()
+        if k in roots or k in pins or recent(max(access.get(k, 0.0), rec["created"]))
+    }
+    if max_size is not None:
+        keep_avatars = _evict_lru(keep_avatars, avatars, stages, blob_sizes, access, pins, max_size)
+
+    named_stages = {s for k in keep_avatars for s in avatars[k][0]["stages"].values()}
+    keep_stages = {
+        k
+        for k, (rec, _) in stages.items()
+        if k in named_stages or (max_size is None and recent(rec["created"]))
+    }
+    named_blobs = {d for k in keep_stages for d in stages[k][0]["blobs"].values()}
+
+    plan.avatars = sorted(set(avatars) - keep_avatars)
+    plan.stages = sorted(set(stages) - keep_stages)
+    plan.blobs = sorted(set(blob_sizes) - named_blobs)
+    plan.freed = {f"avatar:{k}": avatars[k][1] for k in plan.avatars}
+    plan.freed.update({f"stage:{k}": stages[k][1] for k in plan.stages})
+    plan.freed.update({f"blob:{k}": blob_sizes[k] for k in plan.blobs})
+    return plan
+
+
+def _evict_lru(keep, avatars, stages, blob_sizes, access, pins, max_size) -> set[str]:
+    """Drop least-recently-used unpinned avatars until the blobs they need fit max_size."""
+    keep = set(keep)
+    stage_refs = Counter(s for k in keep for s in avatars[k][0]["stages"].values())
+    blob_refs = Counter(
+        d for s in stage_refs for d in stages[s][0]["blobs"].values() if s in stages
+    )
+    size = sum(blob_sizes.get(d, 0) for d in blob_refs) + sum(
+        stages[s][1] for s in stage_refs if s in stages
+    )
+    order = sorted(
+        (k for k in keep if k not in pins), key=lambda k: access.get(k, avatars[k][0]["created"])
+    )
+    for key in order:
+        if size <= max_size:
+            break
+        keep.discard(key)
+        for s in avatars[key][0]["stages"].values():
+            stage_refs[s] -= 1
+            if stage_refs[s] or s not in stages:
+                continue
+            size -= stages[s][1]
+            for d in stages[s][0]["blobs"].values():
+                blob_refs[d] -= 1
+                if not blob_refs[d]:
+                    size -= blob_sizes.get(d, 0)
+    return keep

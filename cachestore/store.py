@@ -1,0 +1,343 @@
+"""The LMDB environment: named databases, atomic writes, map growth.
+
+One environment per cache directory and per process (`open_store`). Values in `blob`
+are codec arrays keyed by their content digest; every other database holds small
+msgpack records. A stage's blobs and its manifest are written in one write
+transaction, so a crash leaves all of it or none; a manifest whose blobs are missing
+or damaged reads as a miss.
+
+Guarantees: process-safe (LMDB's lock file), thread-safe for reads, spawn-safe
+(open after the fork; `open_store` reopens when the pid changes). Not for NFS.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import msgpack
+import numpy as np
+
+from cachestore import codec
+from cachestore.errors import MissingStageError, StoreDamagedError, StoreNotWritableError
+from cachestore.keys import digest_bytes
+
+SCHEMA = 1
+DATABASES = ("blob", "stage", "avatar", "source", "access", "meta", "hashcache", "pin")
+DEFAULT_MAP_SIZE = 8 << 30  # virtual; the file grows only as data is written
+MAX_READERS = 512
+
+
+def pack(record: Any) -> bytes:
+    return msgpack.packb(record, use_bin_type=True)
+
+
+def unpack(value: bytes | memoryview | None) -> Any:
+    return None if value is None else msgpack.unpackb(bytes(value), raw=False)
+
+
+@dataclass
+class StageRecord:
+    """A stage manifest: which blobs hold the stage's arrays, and how it was made."""
+
+    key: str
+    name: str
+    blobs: dict[str, str]  # array name -> blob digest
+    meta: dict[str, Any]
+    created: float
+    nbytes: int
+
+
+class Reader:
+    """A read transaction. Arrays it returns are views valid only inside it."""
+
+    def __init__(self, store: Store, txn: lmdb.Transaction) -> None:
+        self.store, self.txn = store, txn
+
+    def get(self, db: str, key: str) -> Any:
+        return unpack(self.txn.get(key.encode(), db=self.store.dbs[db]))
+
+    def items(self, db: str) -> Iterator[tuple[str, Any]]:
+        with self.txn.cursor(db=self.store.dbs[db]) as cur:
+            for k, v in cur:
+                yield bytes(k).decode(), unpack(v)
+
+    def stage(self, key: str) -> StageRecord | None:
+        """The stage manifest, or None when it or any blob it names is missing."""
+        rec = self.get("stage", key)
+        if rec is None:
+            return None
+        blob_db = self.store.dbs["blob"]
+        if any(self.txn.get(d.encode(), db=blob_db) is None for d in rec["blobs"].values()):
+            return None
+        return StageRecord(
+            key, rec["name"], rec["blobs"], rec["meta"], rec["created"], rec["nbytes"]
+        )
+
+    def array(self, digest: str, verify: bool = True) -> np.ndarray:
+        """Zero-copy view of one blob; raises KeyError if absent, CodecError if damaged."""
+        value = self.txn.get(digest.encode(), db=self.store.dbs["blob"])
+        if value is None:
+            raise KeyError(f"blob {digest} is not in the store")
+        return codec.decode(value, verify=verify)[1]
+
+
+class Store:
+    """One hotplate LMDB environment. Use `open_store` rather than this constructor."""
+
+    def __init__(
+        self, path: str | os.PathLike, map_size: int = DEFAULT_MAP_SIZE, readonly: bool = False
+    ) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self._write_lock = threading.Lock()
+        self._check_path()
+        self._hold = self._take_shared_hold()
+        try:
+            self.env = lmdb.open(
+                str(self.path),
+                map_size=map_size,
+                max_dbs=len(DATABASES) + 2,
+                max_readers=MAX_READERS,
+                readonly=readonly,
+                subdir=True,
+                lock=True,
+                create=not readonly,
+            )
+        except lmdb.InvalidError as exc:
+            raise StoreDamagedError(
+                f"{self.path / 'data.mdb'} is not a valid LMDB file ({exc}); move it aside "
+                f"(it is not deleted for you) and run again to start an empty store"
+            ) from exc
+        except lmdb.Error as exc:
+            raise StoreDamagedError(f"cannot open the store at {self.path}: {exc}") from exc
+        self.env.reader_check()  # clear reader slots left by crashed processes
+        self.dbs = {name: self._open_db(name) for name in DATABASES}
+        self._check_schema()
+
+    # -- opening -------------------------------------------------------------
+
+    def _check_path(self) -> None:
+        if self.path.exists() and not self.path.is_dir():
+            raise StoreDamagedError(
+                f"{self.path} is a file, not a store directory; move it aside or point --cache elsewhere"
+            )
+        data = self.path / "data.mdb"
+        if data.exists() and 0 < data.stat().st_size < 2 * 4096:
+            raise StoreDamagedError(
+                f"{data} is truncated ({data.stat().st_size} bytes); move it aside and run again"
+            )
+        if self.readonly:
+            return
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            probe = self.path / f".write-probe-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise StoreNotWritableError(
+                f"cache directory {self.path} is not writable ({exc.strerror}); "
+                f"fix its permissions or choose another with --cache or HOTPLATE_CACHE"
+            ) from exc
+
+    def _take_shared_hold(self) -> int | None:
+        """A shared flock held while open, so `compact` can tell nobody else is using it."""
+        if self.readonly and not (self.path / "hold.lock").exists():
+            return None
+        fd = os.open(self.path / "hold.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return fd
+
+    def _open_db(self, name: str) -> Any:
+        if self.readonly:
+            return self.env.open_db(name.encode(), create=False)
+        return self.env.open_db(name.encode())
+
+    def _check_schema(self) -> None:
+        found = self.read_value("meta", "schema")
+        if found is None and not self.readonly:
+            self.write(lambda txn: txn.put(b"schema", pack(SCHEMA), db=self.dbs["meta"]))
+        elif found not in (None, SCHEMA):
+            raise StoreDamagedError(
+                f"{self.path} holds store schema {found}, this hotplate reads {SCHEMA}; "
+                f"point --cache at a new directory or run the hotplate that wrote it"
+            )
+
+    def close(self) -> None:
+        self.env.close()
+        if self._hold is not None:
+            os.close(self._hold)
+            self._hold = None
+
+    # -- transactions ----------------------------------------------------------
+
+    @contextmanager
+    def read(self) -> Iterator[Reader]:
+        """A consistent snapshot; picks up a map grown by another process."""
+        try:
+            txn = self.env.begin(buffers=True)
+        except lmdb.MapResizedError:
+            self.env.set_mapsize(0)  # adopt the size another process set
+            txn = self.env.begin(buffers=True)
+        try:
+            yield Reader(self, txn)
+        finally:
+            txn.abort()
+
+    def write(self, fn: Any) -> Any:
+        """Run fn(txn) in one write transaction; grow the map and retry when it is full.
+
+        fn must be repeatable: on MapFullError the transaction is aborted and fn runs again.
+        """
+        with self._write_lock:
+            while True:
+                try:
+                    with self.env.begin(write=True) as txn:
+                        return fn(txn)
+                except lmdb.MapFullError:
+                    self._grow()
+                except lmdb.MapResizedError:
+                    self.env.set_mapsize(0)
+
+    def _grow(self) -> None:
+        size = self.env.info()["map_size"]
+        self.env.set_mapsize(size * 2)
+
+    def read_value(self, db: str, key: str) -> Any:
+        with self.read() as r:
+            return r.get(db, key)
+
+    # -- stage and avatar manifests ------------------------------------------------
+
+    def put_stage(
+        self, key: str, name: str, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]
+    ) -> StageRecord:
+        """Write a stage's arrays and its manifest atomically; returns the manifest."""
+        encoded = {n: codec.encode(a) for n, a in arrays.items()}
+        blobs = {n: digest_bytes(v) for n, v in encoded.items()}
+        nbytes = sum(len(v) for v in encoded.values())
+        created = time.time()
+        record = {
+            "name": name,
+            "blobs": blobs,
+            "meta": dict(meta),
+            "created": created,
+            "nbytes": nbytes,
+        }
+
+        def txn_fn(txn: lmdb.Transaction) -> None:
+            blob_db = self.dbs["blob"]
+            for n, value in encoded.items():
+                txn.put(blobs[n].encode(), value, db=blob_db, overwrite=False)
+            txn.put(key.encode(), pack(record), db=self.dbs["stage"])
+            self._count(txn, "bytes_written", nbytes)
+
+        self.write(txn_fn)
+        return StageRecord(key, name, blobs, dict(meta), created, nbytes)
+
+    def get_stage(self, key: str) -> StageRecord | None:
+        with self.read() as r:
+            return r.stage(key)
+
+    def load_arrays(self, key: str, names: list[str] | None = None) -> dict[str, np.ndarray] | None:
+        """Copies of a stage's arrays, checksums verified; None when missing or damaged."""
+        with self.read() as r:
+            rec = r.stage(key)
+            if rec is None:
+                return None
+            try:
+                return {
+                    n: r.array(d).copy()
+                    for n, d in rec.blobs.items()
+                    if names is None or n in names
+                }
+            except (KeyError, codec.CodecError):
+                return None
+
+    def put_avatar(self, key: str, record: Mapping[str, Any]) -> None:
+        """Write an avatar manifest; raises MissingStageError if a stage it names is gone."""
+        record = {**record, "created": time.time()}
+
+        def txn_fn(txn: lmdb.Transaction) -> None:
+            for stage in record["stages"].values():
+                if txn.get(stage.encode(), db=self.dbs["stage"]) is None:
+                    raise MissingStageError(
+                        f"stage {stage} vanished before avatar {key} was written"
+                    )
+            txn.put(key.encode(), pack(record), db=self.dbs["avatar"])
+            txn.put(key.encode(), pack(time.time()), db=self.dbs["access"])
+
+        self.write(txn_fn)
+
+    def get_avatar(self, key: str) -> dict[str, Any] | None:
+        """The avatar manifest, or None when it or any stage or blob below it is missing."""
+        with self.read() as r:
+            rec = r.get("avatar", key)
+            if rec is None or any(r.stage(s) is None for s in rec["stages"].values()):
+                return None
+            return rec
+
+    def touch(self, key: str) -> None:
+        """Record a use of an avatar (for LRU eviction and the gc grace period)."""
+        self.write(lambda txn: txn.put(key.encode(), pack(time.time()), db=self.dbs["access"]))
+
+    # -- small records -----------------------------------------------------------
+
+    def put(self, db: str, key: str, record: Any) -> None:
+        self.write(lambda txn: txn.put(key.encode(), pack(record), db=self.dbs[db]))
+
+    def delete(self, db: str, key: str) -> bool:
+        return self.write(lambda txn: txn.delete(key.encode(), db=self.dbs[db]))
+
+    def items(self, db: str) -> list[tuple[str, Any]]:
+        with self.read() as r:
+            return list(r.items(db))
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add n to a counter in `meta` (hits, misses, ...)."""
+        self.write(lambda txn: self._count(txn, name, n))
+
+    def _count(self, txn: lmdb.Transaction, name: str, n: int) -> None:
+        key = f"count:{name}".encode()
+        old = unpack(txn.get(key, db=self.dbs["meta"])) or 0
+        txn.put(key, pack(old + n), db=self.dbs["meta"])
+
+
+_OPEN: dict[tuple[str, bool], tuple[int, Store]] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_store(
+    path: str | os.PathLike, readonly: bool = False, map_size: int = DEFAULT_MAP_SIZE
+) -> Store:
+    """The process's one Store for this directory (LMDB forbids opening an env twice).
+
+    A child created by fork must not reuse its parent's environment: the pid check
+    makes it open its own.
+    """
+    real = os.path.realpath(path)
+    with _OPEN_LOCK:
+        pid, store = _OPEN.get((real, readonly), (None, None))
+        if store is not None and pid == os.getpid():
+            return store
+        store = Store(real, map_size=map_size, readonly=readonly)
+        _OPEN[(real, readonly)] = (os.getpid(), store)
+        return store
+
+
+def forget_store(path: str | os.PathLike) -> None:
+    """Close and forget this process's handles on a store (after compact, in tests)."""
+    real = os.path.realpath(path)
+    with _OPEN_LOCK:
+        for ro in (False, True):
+            pid, store = _OPEN.pop((real, ro), (None, None))
+            if store is not None and pid == os.getpid():
+                store.close()

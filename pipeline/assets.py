@@ -1,0 +1,38 @@
+"""What a hot avatar is, as the renderers see it.
+
+Precompile writes these arrays to the store; `load_assets` (in `pipeline/stages.py`)
+reads them back. Renderers and tests depend only on this class, never on the store
+layout, so a renderer can be tested on assets built in memory.
+
+Conventions used everywhere in `pipeline/`:
+- images are numpy uint8 RGB, shape (H, W, 3);
+- boxes are [x1, y1, x2, y2] in full-frame pixels (x2, y2 exclusive);
+- landmarks are (68, 2) float32 (x, y) in iBUG-300W order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class AvatarAssets:
+    key: str  # avatar key
+    fps: float
+    width: int
+    height: int
+    boxes: np.ndarray  # (N, 4) float32, tracked face boxes
+    landmarks: np.ndarray  # (N, 68, 2) float32
+    crop_boxes: np.ndarray  # (N, 4) int32, half-face boxes (the region a renderer redraws)
+    crops: np.ndarray  # (N, S, S, 3) uint8, the crop boxes resized to S x S (S = 256)
+    mask_boxes: np.ndarray  # (N, 4) int32, blend squares, may extend past the frame
+    masks: np.ndarray  # (N, M, M) uint8 0..255, blend weight over the blend square
+    load_frame: Callable[[int], np.ndarray]  # i -> full frame (H, W, 3) uint8
+    latents: np.ndarray | None = None  # (N, 8, 32, 32) float16 when a VAE was configured
+
+    @property
+    def n_frames(self) -> int:
+        return int(self.boxes.shape[0])

@@ -1,0 +1,113 @@
+"""Audio for rendering: decode any common format once, and turn it into mouth openness.
+
+`load_audio` decodes with PyAV (whatever its codecs read: WAV, MP3, M4A/AAC, FLAC,
+OGG Vorbis/Opus, ...) and resamples exactly once, with `av.AudioResampler`, to the
+rate the renderer asks for. `loudness_envelope` gives one value in [0, 1] per video
+frame: 0 is a closed mouth (silence), 1 is the loud end of this clip's speech.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+
+class AudioError(ValueError):
+    """The audio file is missing, unreadable, or holds no samples."""
+
+
+def n_video_frames(seconds: float, fps: float) -> int:
+    """Number of video frames for `seconds` of audio: round(seconds * fps), halves up."""
+    return int(math.floor(seconds * fps + 0.5))
+
+
+def load_audio(path: str | Path, sr: int) -> np.ndarray:
+    """Decode `path` to float32 mono at `sr` Hz, shape (n,).
+
+    Channels are averaged (not summed at -3 dB as libswresample's mono downmix does),
+    so a stereo file with the same signal on both sides decodes to that signal.
+    Raises AudioError naming the file when it is missing, not audio, or empty.
+    """
+    import av
+
+    path = Path(path)
+    if not path.is_file():
+        raise AudioError(f"audio file {path} does not exist; pass an existing audio file")
+    if sr <= 0:
+        raise ValueError(f"sr={sr} must be a positive sample rate in Hz")
+    chunks: list[np.ndarray] = []
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.audio:
+                raise AudioError(f"{path} has no audio stream; pass a WAV, MP3, M4A, FLAC or OGG file")
+            stream = container.streams.audio[0]
+            # Keep the source layout; we average channels ourselves (see docstring).
+            resampler = av.AudioResampler(format="fltp", rate=sr)
+            for frame in container.decode(stream):
+                for out in resampler.resample(frame):
+                    chunks.append(out.to_ndarray().mean(axis=0, dtype=np.float32))
+            for out in resampler.resample(None):
+                chunks.append(out.to_ndarray().mean(axis=0, dtype=np.float32))
+    except AudioError:
+        raise
+    except (av.error.FFmpegError, ValueError, UnicodeDecodeError) as exc:
+        raise AudioError(f"cannot decode audio file {path}: {exc}; pass a WAV, MP3, M4A, FLAC or OGG file") from exc
+    samples = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+    if samples.size == 0:
+        raise AudioError(f"audio file {path} holds no samples; pass a non-empty audio file")
+    return samples.astype(np.float32, copy=False)
+
+
+def frame_rms(samples: np.ndarray, sr: int, fps: float) -> np.ndarray:
+    """RMS of the samples under each video frame; frame t covers [t/fps, (t+1)/fps)."""
+    n = n_video_frames(samples.size / sr, fps)
+    bounds = np.minimum(np.round(np.arange(n + 1) * (sr / fps)).astype(np.int64), samples.size)
+    rms = np.zeros(n, np.float32)
+    for t in range(n):
+        seg = samples[bounds[t] : bounds[t + 1]]
+        if seg.size:
+            rms[t] = math.sqrt(float(np.dot(seg, seg)) / seg.size)
+    return rms
+
+
+def loudness_envelope(
+    samples: np.ndarray,
+    sr: int,
+    fps: float,
+    smooth: tuple[float, float] | None = (0.02, 0.10),
+    gate_db: float = -50.0,
+    range_db: float = 30.0,
+) -> np.ndarray:
+    """Mouth openness per video frame, (T,) float32 in [0, 1], T = n_video_frames.
+
+    Loudness is RMS in dB relative to a robust reference (the 95th percentile of the
+    frames above the gate), so the mapping does not depend on recording level. Frames
+    quieter than `gate_db` dBFS, or more than `range_db` below the reference, are 0
+    (closed mouth). `smooth` = (attack, release) time constants in seconds of a
+    one-pole follower: the mouth opens fast and closes a little slower, as it does.
+    """
+    rms = frame_rms(np.asarray(samples, np.float32), sr, fps)
+    env = np.zeros(rms.shape, np.float32)
+    with np.errstate(divide="ignore"):
+        db = 20.0 * np.log10(rms)
+    voiced = db > gate_db
+    if not voiced.any():
+        return env
+    ref = float(np.percentile(db[voiced], 95))
+    env[voiced] = np.clip((db[voiced] - (ref - range_db)) / range_db, 0.0, 1.0)
+    if smooth is not None:
+        env = _attack_release(env, fps, *smooth)
+    return env
+
+
+def _attack_release(x: np.ndarray, fps: float, attack: float, release: float) -> np.ndarray:
+    a_up = 1.0 - math.exp(-1.0 / (fps * attack)) if attack > 0 else 1.0
+    a_down = 1.0 - math.exp(-1.0 / (fps * release)) if release > 0 else 1.0
+    out = np.empty_like(x)
+    y = 0.0
+    for i, v in enumerate(x.tolist()):
+        y += (a_up if v > y else a_down) * (v - y)
+        out[i] = y
+    return out

@@ -1,0 +1,127 @@
+"""Every backend hotplate can use, as data: what it needs and how it is identified.
+
+`hotplate doctor` prints this table; stage keys use `backend_identity`, which never
+loads a model: an embedded model is identified by its package version, a user's
+weights by the xxh3 digest of their bytes (so a renamed file is the same model and
+a retrained one is not).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import xxhash
+
+
+@dataclass(frozen=True)
+class Backend:
+    kind: str  # detector, landmarks, mask, vae, renderer
+    name: str
+    packages: tuple[str, ...]  # import names that must be present
+    weights: tuple[str, ...]  # files (or dirs) under the models directory; () = embedded
+    embedded_in: str = ""  # distribution that ships the weights, for embedded ones
+    note: str = ""
+
+
+BACKENDS: tuple[Backend, ...] = (
+    Backend("detector", "dlib", ("dlib",), (), "dlib-bin", "HOG face detector, offline default"),
+    Backend(
+        "detector",
+        "s3fd",
+        ("torch", "face_alignment"),
+        ("s3fd-619a316812.pth",),
+        note="face_alignment's S3FD",
+    ),
+    Backend(
+        "landmarks",
+        "dlib",
+        ("dlib",),
+        (),
+        "face-recognition-models",
+        "68-point shape predictor, offline default",
+    ),
+    Backend(
+        "landmarks",
+        "fan",
+        ("torch", "face_alignment"),
+        ("2DFAN4-cd938726ad.zip",),
+        note="face_alignment's 2D FAN",
+    ),
+    Backend(
+        "mask",
+        "landmarks",
+        ("cv2",),
+        (),
+        "hotplate",
+        "masks from the 68 landmarks, offline default",
+    ),
+    Backend("mask", "bisenet", ("torch",), ("79999_iter.pth",), note="BiSeNet face parsing"),
+    Backend(
+        "vae",
+        "sd-vae-ft-mse",
+        ("torch", "diffusers"),
+        ("sd-vae-ft-mse/config.json", "sd-vae-ft-mse/diffusion_pytorch_model.safetensors"),
+        note="SD VAE for latents",
+    ),
+    Backend(
+        "renderer", "warp", ("cv2",), (), "hotplate", "audio-driven landmark warp, offline default"
+    ),
+    Backend(
+        "renderer",
+        "musetalk",
+        ("torch", "diffusers", "transformers"),
+        ("musetalk/unet/config.json", "whisper-tiny/config.json", "sd-vae-ft-mse/config.json"),
+        note="MuseTalk UNet + Whisper-tiny + SD VAE",
+    ),
+)
+
+
+def find_backend(kind: str, name: str) -> Backend:
+    for b in BACKENDS:
+        if b.kind == kind and b.name == name:
+            return b
+    names = ", ".join(b.name for b in BACKENDS if b.kind == kind)
+    raise ValueError(f"unknown {kind} backend {name!r}; known: {names}")
+
+
+def package_present(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+@lru_cache(maxsize=64)
+def _digest(path: Path, size: int, mtime_ns: int) -> str:
+    hasher = xxhash.xxh3_128()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(8 << 20):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+def path_identity(path: Path) -> str:
+    """Digest of a weights file, or of every file under a weights directory."""
+    path = Path(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    parts = [
+        f"{p.relative_to(path) if path.is_dir() else p.name}:{_digest(p, p.stat().st_size, p.stat().st_mtime_ns)}"
+        for p in files
+    ]
+    return xxhash.xxh3_128_hexdigest("|".join(parts))
+
+
+def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:
+    """A string that changes exactly when the backend's model changes."""
+    backend = find_backend(kind, name)
+    if not backend.weights:
+        dist = backend.embedded_in
+        version = "0" if dist == "hotplate" else importlib.metadata.version(dist)
+        return f"{kind}:{name}:{dist}=={version}"
+    if kind == "vae":
+        return f"vae:{name}:" + path_identity(Path(models_dir or ".") / name)
+    from pipeline.models import find_weights  # the one place that knows where weights may live
+
+    paths = [find_weights(models_dir, [w], f"{name} {kind} weights") for w in backend.weights]
+    return f"{kind}:{name}:" + xxhash.xxh3_128_hexdigest("|".join(path_identity(p) for p in paths))

@@ -1,0 +1,46 @@
+"""Every source in the personas folder, and the avatar key each has under a recipe."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cachestore.hashcache import file_digest
+from cachestore.store import Store
+from pipeline.personas import DEFAULT, list_personas, scan_persona
+from pipeline.plan import Plan, plan
+from pipeline.recipe import Recipe
+
+FRAME_CODEC_PARAM = "frame_codec"
+
+
+@dataclass(frozen=True)
+class Source:
+    persona: str
+    attire: str
+    motion: str
+    path: Path
+    kind: str  # "loop" or "still"
+
+
+def iter_sources(root: Path) -> Iterator[Source]:
+    """Each loop and still of each persona, in a stable order."""
+    for name in list_personas(root):
+        persona = scan_persona(root, name)
+        for attire in persona.attires:
+            for motion, path in sorted(persona.loops.get(attire, {}).items()):
+                yield Source(name, attire, motion, path, "loop")
+            if attire in persona.stills:
+                yield Source(name, attire, DEFAULT, persona.stills[attire], "still")
+
+
+def frame_codec() -> str:
+    from pipeline.media import FRAME_CODEC  # light: media keeps cv2/av imports inside functions
+
+    return FRAME_CODEC
+
+
+def plan_for(store: Store | None, path: Path, recipe: Recipe) -> Plan:
+    """Hash the file (stat cache first) and plan its stage keys under recipe."""
+    return plan(file_digest(store, path), recipe, {FRAME_CODEC_PARAM: frame_codec()})

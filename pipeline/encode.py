@@ -1,0 +1,196 @@
+"""Streaming MP4 writer: H.264 video + AAC audio, written atomically.
+
+Frames are encoded one at a time as they arrive (nothing is accumulated), and the
+audio is interleaved with them, so memory does not grow with the length of the
+video. The file is written to a temp name in the destination directory and moved
+onto the final path only when `close()` succeeds; on error the temp file is removed
+and whatever was at the final path is left untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from fractions import Fraction
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+
+AUDIO_CHUNK = 4096  # input samples per resampler call when flushing the tail
+
+
+def fps_fraction(fps: float | Fraction) -> Fraction:
+    """Exact rate for the container: 25 -> 25/1, 29.97... -> 30000/1001."""
+    if isinstance(fps, Fraction):
+        return fps
+    frac = Fraction(fps).limit_denominator(1001)
+    if frac <= 0:
+        raise ValueError(f"fps={fps} must be positive")
+    return frac
+
+
+def aac_rate(sr: int) -> int:
+    """AAC output rate: 44100 for the 44.1 kHz family, else 48000."""
+    return 44100 if sr % 11025 == 0 else 48000
+
+
+class Mp4Writer:
+    """Context manager writing RGB frames and float32 mono audio to an MP4.
+
+    with Mp4Writer(path, width, height, fps, audio=samples, sample_rate=sr) as w:
+        for frame in frames:
+            w.write(frame)  # (height, width, 3) uint8 RGB
+
+    Odd sizes are cropped by one pixel to even (yuv420p needs even sizes). Audio up
+    to the end of each written frame is encoded along with it; the rest of the audio
+    is flushed at close, so the file's duration is the audio's.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        width: int,
+        height: int,
+        fps: float | Fraction,
+        audio: np.ndarray | None = None,
+        sample_rate: int = 16000,
+        crf: int = 20,
+        preset: str = "veryfast",
+        audio_bitrate: int = 128_000,
+    ) -> None:
+        self.path = Path(path)
+        self.width, self.height = int(width), int(height)
+        if self.width < 2 or self.height < 2:
+            raise ValueError(f"video size {width}x{height} is too small; need at least 2x2")
+        self.fps = fps_fraction(fps)
+        self.audio = None if audio is None else np.asarray(audio, np.float32).reshape(-1)
+        self.sample_rate = int(sample_rate)
+        self.crf, self.preset, self.audio_bitrate = crf, preset, audio_bitrate
+        self.frames_written = 0
+        self._container = None
+        self._tmp: Path | None = None
+        self._audio_pos = 0  # input samples already handed to the resampler
+
+    # -- lifecycle -----------------------------------------------------------------
+    def __enter__(self) -> Mp4Writer:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def open(self) -> None:
+        import av
+
+        parent = self.path.parent
+        if not parent.is_dir():
+            raise ValueError(f"output directory {parent} does not exist; create it first")
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{self.path.name}.tmp-", suffix=".mp4")
+        os.close(fd)
+        self._tmp = Path(tmp)
+        try:
+            self._container = av.open(str(self._tmp), "w", format="mp4", options={"movflags": "+faststart"})
+            self._open_video()
+            if self.audio is not None:
+                self._open_audio()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _open_video(self) -> None:
+        self._w, self._h = self.width - self.width % 2, self.height - self.height % 2
+        v = self._container.add_stream("libx264", rate=self.fps)
+        v.width, v.height, v.pix_fmt = self._w, self._h, "yuv420p"
+        v.options = {"preset": self.preset, "crf": str(self.crf)}
+        # Frames are converted with OpenCV's BT.601 limited-range matrix; say so, or
+        # players guess BT.709 for HD and shift the colours.
+        cc = v.codec_context
+        cc.color_range, cc.colorspace, cc.color_primaries, cc.color_trc = 1, 6, 6, 6
+        self._video = v
+
+    def _open_audio(self) -> None:
+        import av
+
+        rate = aac_rate(self.sample_rate)
+        a = self._container.add_stream("aac", rate=rate, layout="mono")
+        a.bit_rate = self.audio_bitrate
+        self._audio_stream = a
+        self._resampler = av.AudioResampler(format="fltp", layout="mono", rate=rate)
+
+    def write(self, frame: np.ndarray) -> None:
+        """Encode one (height, width, 3) uint8 RGB frame, and the audio under it."""
+        import av
+        import cv2
+
+        if self._container is None:
+            raise RuntimeError("Mp4Writer.write() called outside `with` / before open()")
+        if frame.shape != (self.height, self.width, 3) or frame.dtype != np.uint8:
+            raise ValueError(
+                f"frame {frame.shape} {frame.dtype} does not match the video: "
+                f"expected ({self.height}, {self.width}, 3) uint8 RGB"
+            )
+        yuv = cv2.cvtColor(frame[: self._h, : self._w], cv2.COLOR_RGB2YUV_I420)
+        vf = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
+        vf.pts = self.frames_written
+        vf.time_base = 1 / self.fps
+        self._container.mux(self._video.encode(vf))
+        self.frames_written += 1
+        if self.audio is not None:
+            end = round(self.frames_written / self.fps * self.sample_rate)
+            self._write_audio(min(end, self.audio.size))
+
+    def _write_audio(self, end: int) -> None:
+        import av
+
+        while self._audio_pos < end:
+            stop = min(end, self._audio_pos + AUDIO_CHUNK)
+            chunk = self.audio[self._audio_pos : stop]
+            af = av.AudioFrame.from_ndarray(chunk[None, :], format="flt", layout="mono")
+            af.sample_rate = self.sample_rate
+            af.pts = self._audio_pos
+            af.time_base = Fraction(1, self.sample_rate)
+            for out in self._resampler.resample(af):
+                self._container.mux(self._audio_stream.encode(out))
+            self._audio_pos = stop
+
+    def close(self) -> None:
+        """Flush both encoders, finish the file and move it onto the final path."""
+        if self._container is None:
+            return
+        try:
+            if self.frames_written == 0:
+                raise ValueError(f"no frames were written to {self.path}; nothing to save")
+            self._container.mux(self._video.encode(None))
+            if self.audio is not None:
+                self._write_audio(self.audio.size)
+                for out in self._resampler.resample(None):
+                    self._container.mux(self._audio_stream.encode(out))
+                self._container.mux(self._audio_stream.encode(None))
+            self._container.close()
+            self._container = None
+            os.replace(self._tmp, self.path)
+            self._tmp = None
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Drop the temp file; the final path is left as it was."""
+        if self._container is not None:
+            try:
+                self._container.close()
+            except Exception:  # noqa: BLE001 - already failing; the temp goes anyway
+                pass
+            self._container = None
+        if self._tmp is not None:
+            self._tmp.unlink(missing_ok=True)
+            self._tmp = None

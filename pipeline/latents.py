@@ -1,0 +1,112 @@
+"""VAE latents of the crops (precompile stage 6) and their decoding (musetalk renderer).
+
+The VAE is diffusers' `AutoencoderKL` (MuseTalk uses `sd-vae-ft-mse`) loaded from a
+directory under the models dir, never from a hub. Latents use the posterior's mode,
+not a sample, so the same crops always give the same bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from pipeline.models import ModelMissingError, file_identity
+
+VAE_CONFIG = "config.json"
+VAE_WEIGHTS = ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")
+
+
+def load_vae(models_dir: Path | str | None, name: str) -> tuple[Any, str]:
+    """(AutoencoderKL in eval mode, identity) from `models_dir/name`.
+
+    The VAE runs in float16 on CUDA when there is one, float32 on the CPU. The
+    identity is an xxh3-128 over the config and the weights file that diffusers
+    loads (safetensors before .bin). Raises ModelMissingError when the directory or
+    its files are missing, ValueError for a name that is not a plain directory name.
+    """
+    if not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise ValueError(f"vae={name!r} must be the name of a directory under the models dir")
+    if models_dir is None:
+        raise ModelMissingError(
+            f"VAE {name!r} needs a models dir holding {name}/{VAE_CONFIG} and "
+            f"{name}/{VAE_WEIGHTS[0]}; set one and run `hotplate doctor`"
+        )
+    directory = Path(models_dir).expanduser() / name
+    config = directory / VAE_CONFIG
+    weights = next((directory / w for w in VAE_WEIGHTS if (directory / w).is_file()), None)
+    if not config.is_file() or weights is None:
+        raise ModelMissingError(
+            f"VAE {name!r}: {directory} must hold {VAE_CONFIG} and {VAE_WEIGHTS[0]} "
+            f"(or {VAE_WEIGHTS[1]}); copy the VAE there (e.g. stabilityai/sd-vae-ft-mse) "
+            "and run `hotplate doctor`"
+        )
+    import torch
+    from diffusers import AutoencoderKL
+
+    vae = AutoencoderKL.from_pretrained(directory, local_files_only=True)
+    if torch.cuda.is_available():
+        vae = vae.to("cuda", dtype=torch.float16)
+    vae.eval()
+    identity = xxhash.xxh3_128(
+        f"{file_identity(config)}:{weights.name}:{file_identity(weights)}".encode()
+    ).hexdigest()
+    return vae, identity
+
+
+def encode_latents(vae: Any, crops: np.ndarray, batch: int = 8) -> np.ndarray:
+    """(B, 8, 32, 32) float16 latents of (B, 256, 256, 3) uint8 RGB crops.
+
+    Channels 0-3: the crop with its lower half blanked (black, i.e. 0 before the
+    [-1, 1] normalisation, as MuseTalk's `preprocess_img(half_mask=True)`);
+    channels 4-7: the whole crop. This is MuseTalk's `get_latents_for_unet` order
+    (masked first, reference second), which its UNet's 8 input channels expect.
+    Each is `latent_dist.mode() * scaling_factor`.
+    """
+    import torch
+
+    crops = np.asarray(crops)
+    if crops.ndim != 4 or crops.shape[3] != 3 or crops.dtype != np.uint8:
+        raise ValueError(f"crops are {crops.dtype} {crops.shape}; expected (B, H, W, 3) uint8")
+    if batch < 1:
+        raise ValueError(f"batch={batch} must be >= 1")
+    device, dtype = vae.device, vae.dtype
+    scale = float(vae.config.scaling_factor)
+    half = crops.shape[1] // 2
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(crops), batch):
+            x = torch.from_numpy(np.ascontiguousarray(crops[start : start + batch])).to(device)
+            x = x.permute(0, 3, 1, 2).float() / 255.0
+            masked = x.clone()
+            masked[:, :, half:, :] = 0.0
+            both = (torch.cat([masked, x]) * 2.0 - 1.0).to(dtype)
+            lat = vae.encode(both).latent_dist.mode() * scale
+            lat_masked, lat_full = lat.chunk(2)
+            out.append(torch.cat([lat_masked, lat_full], dim=1).to(torch.float16).cpu().numpy())
+    if not out:
+        return np.zeros((0, 8, crops.shape[1] // 8, crops.shape[2] // 8), np.float16)
+    return np.concatenate(out)
+
+
+def decode_latents(vae: Any, latents: Any, batch: int = 8) -> np.ndarray:
+    """(B, 256, 256, 3) uint8 RGB from (B, 4, 32, 32) latents (numpy or torch),
+    scaled as `encode_latents` stores them."""
+    import torch
+
+    lat = torch.as_tensor(np.asarray(latents) if isinstance(latents, np.ndarray) else latents)
+    if lat.ndim != 4 or lat.shape[1] != vae.config.latent_channels:
+        raise ValueError(
+            f"latents have shape {tuple(lat.shape)}; expected (B, {vae.config.latent_channels}, h, w)"
+        )
+    scale = float(vae.config.scaling_factor)
+    out = []
+    with torch.inference_mode():
+        for start in range(0, lat.shape[0], batch):
+            chunk = lat[start : start + batch].to(vae.device, dtype=vae.dtype) / scale
+            img = (vae.decode(chunk).sample.float() / 2 + 0.5).clamp(0, 1)
+            img = (img * 255).round().to(torch.uint8).permute(0, 2, 3, 1)
+            out.append(img.cpu().numpy())
+    return np.concatenate(out) if out else np.zeros((0, 0, 0, 3), np.uint8)

@@ -1,0 +1,56 @@
+"""The stage keys of a recipe, computed without running (or loading) anything.
+
+Stage key = H(stage name, stage version, the recipe fields it reads, model identity,
+upstream stage key). A stage's version is bumped when its code changes its output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cachestore.keys import avatar_key, stage_key
+from pipeline.backends import backend_identity
+from pipeline.recipe import Recipe
+
+# stage -> (version, recipe fields it reads, upstream stage, backend kind whose identity it takes)
+STAGES: dict[str, tuple[int, tuple[str, ...], str, str]] = {
+    "decode": (1, ("max_frames",), "", ""),
+    "track": (1, ("stride", "proxy", "refine_iou", "refine_shift"), "decode", "detector"),
+    "landmarks": (1, (), "track", "landmarks"),
+    "crops": (1, ("bbox_shift", "crop_size"), "landmarks", ""),
+    "masks": (1, ("mask_feather",), "crops", "mask"),
+    "latents": (1, (), "crops", "vae"),
+}
+BACKEND_FIELD = {"detector": "detector", "landmarks": "landmarks", "mask": "mask", "vae": "vae"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    source_digest: str
+    stages: dict[str, str]  # stage name -> stage key, in execution order
+    avatar: str
+
+
+def stage_names(recipe: Recipe) -> list[str]:
+    return [s for s in STAGES if s != "latents" or recipe.vae]
+
+
+def plan(source_digest: str, recipe: Recipe, extra: dict[str, str] | None = None) -> Plan:
+    """Every stage key for one source under one recipe.
+
+    `extra` carries stage-independent facts that change output (the frame codec),
+    merged into the decode stage's params. Raises ModelMissingError when a configured
+    backend's weights are absent, since its identity cannot be known.
+    """
+    keys: dict[str, str] = {}
+    for name in stage_names(recipe):
+        version, fields, upstream, kind = STAGES[name]
+        params = {f: getattr(recipe, f) for f in fields}
+        if name == "decode":
+            params.update(extra or {})
+        model = ""
+        if kind:
+            backend = getattr(recipe, BACKEND_FIELD[kind])
+            model = backend_identity(kind, backend, recipe.models_dir)
+        keys[name] = stage_key(name, version, params, model, keys.get(upstream, source_digest))
+    return Plan(source_digest, keys, avatar_key(source_digest, list(keys.values())))

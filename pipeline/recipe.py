@@ -1,0 +1,54 @@
+"""The recipe: every parameter that changes what precompile produces.
+
+A recipe is plain data. Its fields feed the stage keys (see `pipeline/stages.py`),
+so a change of any field here is a cache miss for the stages that read it and
+for nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DETECTORS = ("dlib", "s3fd")
+LANDMARKERS = ("dlib", "fan")
+MASKERS = ("landmarks", "bisenet")
+RENDERERS = ("warp", "musetalk")
+LOOP_MODES = ("pingpong", "cycle")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Parameters of precompilation; defaults are the offline default."""
+
+    max_frames: int = 250  # 0 = every frame
+    stride: int = 4  # keyframe stride S
+    proxy: int = 480  # longer side of the detection proxy, px
+    refine_iou: float = 0.7  # neighbouring keyframes below this IoU are refined
+    refine_shift: float = 0.10  # ... or whose centres moved more than this x box size
+    detector: str = "dlib"
+    landmarks: str = "dlib"
+    mask: str = "landmarks"
+    bbox_shift: int = 0
+    crop_size: int = 256
+    mask_feather: float = 0.1  # Gaussian blur width as a fraction of the blend square
+    vae: str = ""  # name of a VAE directory under the models dir; "" = no latents
+    models_dir: Path | None = field(default=None, compare=False)
+
+    def check(self) -> None:
+        """Raise ValueError naming the field, the value and the fix."""
+        choices = {"detector": DETECTORS, "landmarks": LANDMARKERS, "mask": MASKERS}
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+        if self.stride < 1:
+            raise ValueError(f"stride={self.stride} must be >= 1")
+        if self.max_frames < 0:
+            raise ValueError(f"max_frames={self.max_frames} must be >= 0 (0 = all frames)")
+        if not 32 <= self.proxy <= 4096:
+            raise ValueError(f"proxy={self.proxy} must be between 32 and 4096 px")
+
+    def replace(self, **changes: object) -> Recipe:
+        return dataclasses.replace(self, **changes)
