@@ -247,6 +247,19 @@ class Store:
         with self.read() as r:
             return r.stage(key)
 
+    def stage_ok(self, key: str) -> bool:
+        """True when the stage manifest exists and every blob it names passes its checksum."""
+        with self.read() as r:
+            rec = r.stage(key)
+            if rec is None:
+                return False
+            try:
+                for digest in rec.blobs.values():
+                    r.array(digest, verify=True)
+            except (KeyError, codec.CodecError):
+                return False
+            return True
+
     def load_arrays(self, key: str, names: list[str] | None = None) -> dict[str, np.ndarray] | None:
         """Copies of a stage's arrays, checksums verified; None when missing or damaged."""
         with self.read() as r:

@@ -13,7 +13,13 @@ from hotplate.output import human_bytes, table
 from hotplate.settings import Settings, SettingsError, load_settings
 
 # Exceptions whose message is already one line for the user: no traceback for these.
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, OSError, RuntimeError, SettingsError)
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    OSError,
+    RuntimeError,
+    LookupError,
+    SettingsError,
+)
 
 
 class HotplateGroup(click.Group):
@@ -138,6 +144,217 @@ def why_cold(store, p) -> str:
                 f"stage {name} is not in the store (new source, parameter or model from here down)"
             )
     return "every stage is present but the avatar manifest is not: a precompile will only link them"
+
+
+def recipe_flags(fn):
+    """Recipe options shared by precompile and render."""
+    options = [
+        click.option(
+            "--max-frames", type=int, help="Frames to keep from a loop (0 = all) [default 250]."
+        ),
+        click.option(
+            "--stride", type=int, help="Keyframe stride S: detect every S-th frame [default 4]."
+        ),
+        click.option(
+            "--proxy", type=int, help="Longer side of the detection proxy in px [default 480]."
+        ),
+        click.option(
+            "--bbox-shift",
+            type=int,
+            help="Move the half-face crop's top edge down by N px [default 0].",
+        ),
+        click.option(
+            "--detector", type=click.Choice(["dlib", "s3fd"]), help="Face detector [default dlib]."
+        ),
+        click.option(
+            "--landmarks", type=click.Choice(["dlib", "fan"]), help="Landmark model [default dlib]."
+        ),
+        click.option(
+            "--mask",
+            type=click.Choice(["landmarks", "bisenet"]),
+            help="Blend mask source [default landmarks].",
+        ),
+        click.option(
+            "--vae",
+            help="VAE directory under the models dir for latents, e.g. sd-vae-ft-mse [default none].",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def recipe_from(settings: Settings, **given: object):
+    changes = {k: v for k, v in given.items() if v is not None}
+    recipe = settings.recipe.replace(**changes)
+    recipe.check()
+    return recipe
+
+
+def summary_table(report) -> None:
+    from hotplate.output import human_bytes
+
+    rows = [
+        (s.name, "hit" if s.hit else "miss", f"{s.seconds:.2f} s", human_bytes(s.nbytes))
+        for s in report.stages
+    ]
+    table(("stage", "cache", "time", "stored"), rows)
+    c = report.counts
+    click.echo(
+        f"frames {c.get('frames', '?')}, keyframes detected {c.get('keyframes', '?')}, refined {c.get('refined', '?')}, "
+        f"healed {c.get('healed', '?')}, detector runs {c.get('detections', '?')}"
+    )
+    click.echo(f"avatar {report.avatar}  ({'hot already' if report.hit else 'now hot'})")
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--force", is_flag=True, help="Recompute every stage even when it is in the store.")
+@recipe_flags
+@click.pass_context
+def precompile(
+    ctx: click.Context, paths: tuple[Path, ...], force: bool, **recipe_options: object
+) -> None:
+    """Precompile loop videos or stills into hot avatars (frames, track, landmarks,
+    crops, masks, latents). A second run on the same file is a cache hit."""
+    from hotplate.progress import StageBars
+    from pipeline.precompile import precompile as run_precompile
+
+    settings = settings_of(ctx)
+    recipe = recipe_from(settings, **recipe_options)
+    store = open_cache(settings)
+    failed = 0
+    for path in paths:
+        bars = StageBars(prefix=f"{path.name} ")
+        try:
+            report = run_precompile(path, recipe, store, force=force, progress=bars)
+        except USER_ERRORS as exc:
+            if ctx.meta.get("hotplate.debug") or len(paths) == 1:
+                raise
+            failed += 1
+            click.echo(f"error: {exc}", err=True)
+            continue
+        finally:
+            bars.close()
+        click.echo(f"{path}")
+        summary_table(report)
+    if failed:
+        raise click.ClickException(f"{failed} of {len(paths)} files failed")
+
+
+@cli.command()
+@click.option("--persona", required=True, help="Persona folder name, e.g. ruby.")
+@click.option(
+    "--attire", default="default", show_default=True, help="Attire name; 'default' is the portrait."
+)
+@click.option("--motion", help="Motion loop name (default: first in sorted order).")
+@click.option(
+    "--video",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Render over this video instead of the personas folder.",
+)
+@click.option(
+    "--audio",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Speech: WAV, MP3, M4A, FLAC or OGG.",
+)
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Output MP4 path.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["warp", "musetalk"]),
+    help="Renderer [default warp, needs no weights].",
+)
+@click.option(
+    "--loop",
+    type=click.Choice(["pingpong", "cycle"]),
+    help="Frame schedule over the stored loop [default pingpong].",
+)
+@click.option("--fps", type=float, help="Output frame rate [default: the loop's].")
+@click.option(
+    "--no-jit", is_flag=True, help="Fail on a cold avatar instead of precompiling it now."
+)
+@recipe_flags
+@click.pass_context
+def render(
+    ctx: click.Context,
+    persona: str,
+    attire: str,
+    motion: str | None,
+    video: Path | None,
+    audio: Path,
+    output: Path,
+    backend: str | None,
+    loop: str | None,
+    fps: float | None,
+    no_jit: bool,
+    **recipe_options: object,
+) -> None:
+    """Render a lip-synced MP4 from hot assets; a cold avatar is precompiled first."""
+    from hotplate.progress import StageBars
+    from pipeline.catalog import plan_for
+    from pipeline.hot import load_assets
+    from pipeline.personas import resolve as resolve_source
+    from pipeline.precompile import precompile as run_precompile
+    from pipeline.render import check_output, render_video
+
+    settings = settings_of(ctx)
+    recipe = recipe_from(settings, **recipe_options)
+    # 1. check everything that needs no work: names, audio, output path
+    found = resolve_source(settings.personas, persona, attire, motion, video)
+    if not audio.is_file() or audio.stat().st_size == 0:
+        raise ValueError(
+            f"audio {audio} is missing or empty; pass a WAV, MP3, M4A, FLAC or OGG file"
+        )
+    check_output(output)
+    options = found.options
+    recipe = recipe.replace(
+        **{k: options[k] for k in ("bbox_shift",) if k in options and recipe_options.get(k) is None}
+    )
+    # 2. hot, or just in time
+    store = open_cache(settings)
+    start = time.perf_counter()
+    planned = plan_for(store, found.path, recipe)
+    if store.get_avatar(planned.avatar) is None:
+        if no_jit:
+            raise LookupError(
+                f"{found.path.name} is cold under this recipe; make it hot with `hotplate precompile {found.path}` "
+                f"(or drop --no-jit)"
+            )
+        bars = StageBars(prefix="jit ")
+        try:
+            report = run_precompile(found.path, recipe, store, progress=bars)
+        finally:
+            bars.close()
+        jit = f"JIT precompile {time.perf_counter() - start:.1f} s"
+        planned_key = report.avatar
+    else:
+        jit, planned_key = "cache hit", planned.avatar
+    # 3. render from the store alone
+    assets = load_assets(store, planned_key)
+    bars = StageBars()
+    try:
+        result = render_video(
+            assets,
+            audio,
+            output,
+            backend=backend or settings.renderer,
+            loop=loop or options.get("loop") or settings.loop,
+            fps=fps or options.get("fps"),
+            models_dir=settings.models,
+            progress=lambda done, total: bars("render", done, total),
+        )
+    finally:
+        bars.close()
+    click.echo(
+        f"{jit}; {result.frames} frames at {result.render_fps:.1f} fps; wrote {result.out_path}"
+    )
 
 
 @cli.command(name="ls")

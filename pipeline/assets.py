@@ -1,6 +1,6 @@
 """What a hot avatar is, as the renderers see it.
 
-Precompile writes these arrays to the store; `load_assets` (in `pipeline/stages.py`)
+Precompile writes these arrays to the store; `load_assets` (in `pipeline/hot.py`)
 reads them back. Renderers and tests depend only on this class, never on the store
 layout, so a renderer can be tested on assets built in memory.
 

@@ -1,0 +1,55 @@
+"""Hot avatars: read an avatar's assets from the store, and nothing else."""
+
+from __future__ import annotations
+
+from cachestore.store import Store
+from pipeline.assets import AvatarAssets
+
+
+class ColdAvatarError(LookupError):
+    """The avatar (or a stage below it) is not in the store."""
+
+
+def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
+    """Every array a renderer needs; frames decode lazily from the store.
+
+    Raises ColdAvatarError when the avatar or any blob below it is missing or damaged.
+    """
+    from pipeline.media import decode_frame
+
+    manifest = store.get_avatar(avatar_key)
+    if manifest is None:
+        raise ColdAvatarError(f"avatar {avatar_key} is not in the store")
+    arrays = {}
+    for stage in ("track", "landmarks", "crops", "masks", "latents"):
+        key = manifest["stages"].get(stage)
+        if key is None:
+            continue
+        loaded = store.load_arrays(key)
+        if loaded is None:
+            raise ColdAvatarError(f"stage {stage} of avatar {avatar_key} is missing or damaged")
+        arrays.update(loaded)
+    frames = store.get_stage(manifest["stages"]["decode"])
+    if frames is None:
+        raise ColdAvatarError(f"the frames of avatar {avatar_key} are missing")
+    digests = [frames.blobs[k] for k in sorted(frames.blobs)]
+
+    def load_frame(i: int):
+        with store.read() as r:
+            return decode_frame(r.array(digests[i]))
+
+    store.touch(avatar_key)
+    return AvatarAssets(
+        key=avatar_key,
+        fps=float(manifest["fps"]),
+        width=int(manifest["width"]),
+        height=int(manifest["height"]),
+        boxes=arrays["boxes"],
+        landmarks=arrays["landmarks"],
+        crop_boxes=arrays["crop_boxes"],
+        crops=arrays["crops"],
+        mask_boxes=arrays["mask_boxes"],
+        masks=arrays["masks"],
+        load_frame=load_frame,
+        latents=arrays.get("latents"),
+    )

@@ -1,0 +1,334 @@
+"""Precompile one source file into a hot avatar: the one entry point the watcher calls.
+
+Steps, as ARCHITECTURE.md numbers them: 1. decode, 2. track, 3. landmarks, 4. crops,
+5. masks, 6. latents (only with a VAE). Each stage is looked up by its key first; a
+hit does no work. Each stage's arrays and manifest land in one write transaction,
+the avatar manifest last, so a failure at any point leaves no manifest that names
+missing data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cachestore.errors import MissingStageError
+from cachestore.hashcache import file_digest
+from cachestore.store import Store
+from pipeline.catalog import FRAME_CODEC_PARAM, frame_codec
+from pipeline.plan import Plan, plan
+from pipeline.recipe import Recipe
+
+# progress(stage, done, total); total 0 = unknown
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class StageResult:
+    name: str
+    key: str
+    hit: bool
+    seconds: float = 0.0
+    nbytes: int = 0
+
+
+@dataclass
+class PrecompileReport:
+    source: Path
+    digest: str
+    avatar: str
+    stages: list[StageResult] = field(default_factory=list)
+    counts: dict[str, int] = field(
+        default_factory=dict
+    )  # frames, keyframes, refined, healed, detections
+
+    @property
+    def hit(self) -> bool:
+        return all(s.hit for s in self.stages)
+
+
+def check_inputs(path: Path, recipe: Recipe) -> None:
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file; precompile takes a video or an image")
+    if path.stat().st_size == 0:
+        raise ValueError(f"{path} is empty (0 bytes); copy the file again")
+    recipe.check()
+
+
+def precompile(
+    path: str | Path,
+    recipe: Recipe,
+    store: Store,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> PrecompileReport:
+    """Make the avatar for `path` under `recipe` hot in `store`; returns what was done.
+
+    Raises MediaError (unreadable source), NoFaceError (no face anywhere),
+    ModelMissingError (a configured backend's weights are absent) and StoreError.
+    """
+    path = Path(path)
+    progress = progress or (lambda stage, done, total: None)
+    # 1. check inputs and plan every stage key
+    check_inputs(path, recipe)
+    digest = file_digest(store, path)
+    keys = plan(digest, recipe, {FRAME_CODEC_PARAM: frame_codec()})
+    report = PrecompileReport(path, digest, keys.avatar)
+    if not force and (avatar := store.get_avatar(keys.avatar)) is not None:
+        report.stages = [StageResult(n, k, True) for n, k in keys.stages.items()]
+        report.counts = dict(avatar.get("counts", {}))
+        store.count("hits")
+        store.touch(keys.avatar)
+        return report
+    store.count("misses")
+    for attempt in range(2):
+        try:
+            return _build(path, recipe, store, keys, report, force, progress)
+        except MissingStageError:
+            if attempt:  # gc removed a fresh stage twice in a row: give up loudly
+                raise
+            report.stages.clear()
+    raise AssertionError("unreachable")
+
+
+def _build(
+    path: Path,
+    recipe: Recipe,
+    store: Store,
+    keys: Plan,
+    report: PrecompileReport,
+    force: bool,
+    progress: Progress,
+) -> PrecompileReport:
+    run = StageRunner(store, keys, report, force)
+    # 2. decode: every frame, encoded with the frame codec, so renders never open the source
+    decode = run.stage("decode", lambda: decode_stage(path, recipe, progress))
+    n = int(decode.meta["frames"])
+    frames = FrameSource(store, decode.blobs)
+    # 3. track on proxies
+    track = run.stage("track", lambda: track_stage(path, recipe, frames, progress))
+    boxes = store.load_arrays(track.key)["boxes"]
+    # 4-6. landmarks, crops and masks share one pass over the full frames
+    per_frame = PerFrameStages(recipe, run, frames, boxes, progress)
+    lm = run.stage("landmarks", per_frame.landmarks)
+    crops = run.stage("crops", lambda: per_frame.crops(store.load_arrays(lm.key)["landmarks"]))
+    run.stage(
+        "masks",
+        lambda: per_frame.masks(
+            store.load_arrays(lm.key)["landmarks"],
+            store.load_arrays(crops.key, ["crop_boxes"])["crop_boxes"],
+        ),
+    )
+    if recipe.vae:
+        run.stage(
+            "latents",
+            lambda: latents_stage(
+                recipe, store.load_arrays(crops.key, ["crops"])["crops"], progress
+            ),
+        )
+    report.counts = {"frames": n, **track.meta.get("counts", {})}
+    # 7. the avatar manifest, last: it names every stage above
+    store.put_avatar(
+        keys.avatar,
+        {
+            "stages": keys.stages,
+            "source_digest": keys.source_digest,
+            "source": str(path),
+            "frames": n,
+            "fps": decode.meta["fps"],
+            "width": decode.meta["width"],
+            "height": decode.meta["height"],
+            "counts": report.counts,
+        },
+    )
+    return report
+
+
+class StageRunner:
+    """Looks each stage up by key; computes and stores it only on a miss."""
+
+    def __init__(self, store: Store, keys: Plan, report: PrecompileReport, force: bool) -> None:
+        self.store, self.keys, self.report, self.force = store, keys, report, force
+        self._forced: set[str] = set()
+
+    def stage(self, name: str, compute: Callable[[], tuple[dict[str, np.ndarray], dict[str, Any]]]):
+        key = self.keys.stages[name]
+        found = None if self.force else self.store.get_stage(key)
+        if found is not None and self.store.stage_ok(key):
+            self.report.stages.append(StageResult(name, key, True, 0.0, found.nbytes))
+            return found
+        start = time.perf_counter()
+        arrays, meta = compute()
+        record = self.store.put_stage(
+            key, name, arrays, {**meta, "seconds": time.perf_counter() - start}
+        )
+        self.report.stages.append(
+            StageResult(name, key, False, time.perf_counter() - start, record.nbytes)
+        )
+        return record
+
+
+class FrameSource:
+    """Stored frames by index, decoded on demand (the source file is never reopened)."""
+
+    def __init__(self, store: Store, blobs: dict[str, str]) -> None:
+        self.store = store
+        self.digests = [blobs[k] for k in sorted(k for k in blobs if k.startswith("frame/"))]
+
+    def __len__(self) -> int:
+        return len(self.digests)
+
+    def __call__(self, i: int) -> np.ndarray:
+        from pipeline.media import decode_frame
+
+        with self.store.read() as r:
+            return decode_frame(r.array(self.digests[i]))
+
+
+def frame_name(i: int) -> str:
+    return f"frame/{i:06d}"
+
+
+def decode_stage(path: Path, recipe: Recipe, progress: Progress):
+    from pipeline.media import encode_frame, iter_frames, probe
+
+    info = probe(path)
+    total = (
+        info.frames
+        if recipe.max_frames == 0
+        else min(info.frames or recipe.max_frames, recipe.max_frames)
+    )
+    arrays: dict[str, np.ndarray] = {}
+    shape = None
+    for i, frame in enumerate(iter_frames(path, recipe.max_frames)):
+        shape = frame.shape
+        arrays[frame_name(i)] = np.frombuffer(encode_frame(frame), np.uint8)
+        progress("decode", i + 1, total)
+    height, width = shape[:2]
+    meta = {
+        "frames": len(arrays),
+        "fps": float(info.fps or 25.0),
+        "width": int(width),
+        "height": int(height),
+    }
+    return arrays, meta
+
+
+def track_stage(path: Path, recipe: Recipe, frames: FrameSource, progress: Progress):
+    from pipeline.detectors import load_detector
+    from pipeline.media import make_proxy
+    from pipeline.tracking import track
+
+    detector = load_detector(recipe.detector, recipe.models_dir)
+    n = len(frames)
+    result = track(
+        n,
+        lambda i: make_proxy(frames(i), recipe.proxy),
+        detector,
+        stride=recipe.stride,
+        refine_iou=recipe.refine_iou,
+        refine_shift=recipe.refine_shift,
+        progress=lambda done: progress("track", done, n),
+        source=str(path),
+    )
+    counts = {
+        "keyframes": len(result.keyframes),
+        "refined": len(result.refined),
+        "healed": len(result.healed),
+        "detections": result.detections,
+    }
+    meta = {
+        "counts": counts,
+        "detector_seconds": result.detector_seconds,
+        "keyframes": list(result.keyframes),
+        "refined": list(result.refined),
+        "healed": list(result.healed),
+    }
+    return {"boxes": result.boxes.astype(np.float32)}, meta
+
+
+class PerFrameStages:
+    """landmarks, crops and masks, each one stage, sharing decoded frames.
+
+    Frames are decoded once per pass and only held for the current index, so memory
+    does not grow with the number of frames (beyond the 256x256 crops).
+    """
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        run: StageRunner,
+        frames: FrameSource,
+        boxes: np.ndarray,
+        progress: Progress,
+    ) -> None:
+        self.recipe, self.frames, self.boxes, self.progress = recipe, frames, boxes, progress
+
+    def landmarks(self):
+        from pipeline.landmarks import load_landmarker
+
+        model = load_landmarker(self.recipe.landmarks, self.recipe.models_dir)
+        n = len(self.frames)
+        out = np.zeros((n, 68, 2), np.float32)
+        for i in range(n):
+            out[i] = model.predict(self.frames(i), self.boxes[i])
+            self.progress("landmarks", i + 1, n)
+        return {"landmarks": out}, {}
+
+    def crops(self, landmarks: np.ndarray):
+        from pipeline.crops import crop_resize, half_face_box
+
+        n, size = len(self.frames), self.recipe.crop_size
+        boxes = np.zeros((n, 4), np.int32)
+        crops = np.zeros((n, size, size, 3), np.uint8)
+        for i in range(n):
+            frame = self.frames(i)
+            boxes[i] = half_face_box(
+                landmarks[i], self.recipe.bbox_shift, frame.shape, self.boxes[i]
+            )
+            crops[i] = crop_resize(frame, boxes[i], size)
+            self.progress("crops", i + 1, n)
+        return {"crop_boxes": boxes, "crops": crops}, {}
+
+    def masks(self, landmarks: np.ndarray, crop_boxes: np.ndarray):
+        from pipeline.masks import bisenet_mask, blend_square, landmark_mask, load_face_parser
+
+        n = len(self.frames)
+        squares = np.zeros((n, 4), np.int32)
+        masks = np.zeros((n, 256, 256), np.uint8)
+        parser = (
+            load_face_parser(self.recipe.mask, self.recipe.models_dir)
+            if self.recipe.mask == "bisenet"
+            else None
+        )
+        for i in range(n):
+            squares[i] = blend_square(crop_boxes[i])
+            if parser is None:
+                masks[i] = landmark_mask(
+                    landmarks[i], crop_boxes[i], squares[i], 256, self.recipe.mask_feather
+                )
+            else:
+                masks[i] = bisenet_mask(
+                    parser, self.frames(i), crop_boxes[i], squares[i], 256, self.recipe.mask_feather
+                )
+            self.progress("masks", i + 1, n)
+        return {"mask_boxes": squares, "masks": masks}, {}
+
+
+def latents_stage(recipe: Recipe, crops: np.ndarray, progress: Progress):
+    from pipeline.latents import encode_latents, load_vae
+
+    vae, _ = load_vae(recipe.models_dir, recipe.vae)
+    out = np.zeros((len(crops), 8, 32, 32), np.float16)
+    step = 8
+    for i in range(0, len(crops), step):
+        out[i : i + step] = encode_latents(vae, crops[i : i + step], batch=step)
+        progress("latents", min(i + step, len(crops)), len(crops))
+    return {"latents": out}, {}
