@@ -104,6 +104,13 @@ def main() -> None:
     cli(prog_name="hotplate")
 
 
+def _register_daemon_commands() -> None:
+    from hotplate.cli_watch import sync, watch  # light: heavy work happens in workers
+
+    cli.add_command(watch)
+    cli.add_command(sync)
+
+
 @cli.command()
 @click.option("--persona", required=True, help="Persona folder name, e.g. ruby.")
 @click.option(
@@ -529,6 +536,8 @@ def doctor(ctx: click.Context) -> None:
         )
     sys.exit(1 if failed else 0)
 
+
+_register_daemon_commands()
 
 if __name__ == "__main__":
     main()

@@ -60,11 +60,11 @@ def run_checks(settings: Settings) -> Iterator[Check]:
     for b in BACKENDS:
         default = DEFAULTS.get(b.kind) == b.name
         missing_pkgs = [p for p in b.packages if not package_present(p)]
+        hub = Path.home() / ".cache/torch/hub/checkpoints"
         missing = [
-            w
-            for w in b.weights
-            if not (models / w).exists()
-            and not (Path.home() / ".cache/torch/hub/checkpoints" / w).exists()
+            " or ".join(alts)
+            for alts in b.weights
+            if not any((d / w).exists() for w in alts for d in (models, hub))
         ]
         ok = not missing_pkgs and not missing
         if ok:

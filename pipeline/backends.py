@@ -22,7 +22,9 @@ class Backend:
     kind: str  # detector, landmarks, mask, vae, renderer
     name: str
     packages: tuple[str, ...]  # import names that must be present
-    weights: tuple[str, ...]  # files (or dirs) under the models directory; () = embedded
+    weights: tuple[
+        tuple[str, ...], ...
+    ]  # each needed file, as alternative names under the models dir; () = embedded
     embedded_in: str = ""  # distribution that ships the weights, for embedded ones
     note: str = ""
 
@@ -33,7 +35,7 @@ BACKENDS: tuple[Backend, ...] = (
         "detector",
         "s3fd",
         ("torch", "face_alignment"),
-        ("s3fd-619a316812.pth",),
+        (("s3fd-619a316812.pth",),),
         note="face_alignment's S3FD",
     ),
     Backend(
@@ -48,7 +50,7 @@ BACKENDS: tuple[Backend, ...] = (
         "landmarks",
         "fan",
         ("torch", "face_alignment"),
-        ("2DFAN4-cd938726ad.zip",),
+        (("2DFAN4-11f355bf06.pth.tar", "2DFAN4-cd938726ad.zip", "2DFAN4.pth"),),
         note="face_alignment's 2D FAN",
     ),
     Backend(
@@ -59,12 +61,24 @@ BACKENDS: tuple[Backend, ...] = (
         "hotplate",
         "masks from the 68 landmarks, offline default",
     ),
-    Backend("mask", "bisenet", ("torch",), ("79999_iter.pth",), note="BiSeNet face parsing"),
+    Backend(
+        "mask",
+        "bisenet",
+        ("torch",),
+        (("79999_iter.pth", "face-parse-bisent/79999_iter.pth"),),
+        note="BiSeNet face parsing",
+    ),
     Backend(
         "vae",
         "sd-vae-ft-mse",
         ("torch", "diffusers"),
-        ("sd-vae-ft-mse/config.json", "sd-vae-ft-mse/diffusion_pytorch_model.safetensors"),
+        (
+            ("sd-vae-ft-mse/config.json",),
+            (
+                "sd-vae-ft-mse/diffusion_pytorch_model.safetensors",
+                "sd-vae-ft-mse/diffusion_pytorch_model.bin",
+            ),
+        ),
         note="SD VAE for latents",
     ),
     Backend(
@@ -74,7 +88,11 @@ BACKENDS: tuple[Backend, ...] = (
         "renderer",
         "musetalk",
         ("torch", "diffusers", "transformers"),
-        ("musetalk/unet/config.json", "whisper-tiny/config.json", "sd-vae-ft-mse/config.json"),
+        (
+            ("musetalk/unet/config.json",),
+            ("whisper-tiny/config.json",),
+            ("sd-vae-ft-mse/config.json",),
+        ),
         note="MuseTalk UNet + Whisper-tiny + SD VAE",
     ),
 )
@@ -123,5 +141,12 @@ def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:
         return f"vae:{name}:" + path_identity(Path(models_dir or ".") / name)
     from pipeline.models import find_weights  # the one place that knows where weights may live
 
-    paths = [find_weights(models_dir, [w], f"{name} {kind} weights") for w in backend.weights]
+    paths = [
+        find_weights(models_dir, list(alts), f"{name} {kind} weights") for alts in backend.weights
+    ]
     return f"{kind}:{name}:" + xxhash.xxh3_128_hexdigest("|".join(path_identity(p) for p in paths))
+
+
+def weight_names(kind: str, name: str) -> list[str]:
+    """The alternative file names of a backend's (first) weights file."""
+    return list(find_backend(kind, name).weights[0])

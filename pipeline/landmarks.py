@@ -12,6 +12,7 @@ integers, as dlib reports them), iBUG-300W order (0-16 jaw, 27-35 nose, 48-67 mo
 from __future__ import annotations
 
 import importlib.util
+import warnings
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pipeline.backends import weight_names
 from pipeline.models import ModelMissingError, file_identity, find_weights
 
 N_POINTS = 68
@@ -26,7 +28,7 @@ N_POINTS = 68
 # face_alignment's names for its 2D-FAN checkpoint: 1.5 ships a plain state_dict
 # (.pth.tar); 1.3/1.4 shipped a TorchScript zip. A user may also save a state_dict
 # under the short name.
-FAN_WEIGHTS = ["2DFAN4-11f355bf06.pth.tar", "2DFAN4-cd938726ad.zip", "2DFAN4.pth"]
+FAN_WEIGHTS = weight_names("landmarks", "fan")  # face_alignment 1.5 name first, then older ones
 
 # face_alignment's crop geometry: the face box is scaled by (w + h) / REFERENCE_SCALE,
 # the crop side is 200 x scale, centred 12 % of the box height above its centre.
@@ -60,7 +62,7 @@ def load_landmarker(name: str, models_dir: Path | str | None) -> Landmarker:
     if name == "dlib":
         return DlibLandmarker(dlib_model_path())
     if name == "fan":
-        path = find_weights(models_dir, FAN_WEIGHTS, "2D-FAN landmark weights")
+        path = find_weights(models_dir, FAN_WEIGHTS, "2D-FAN landmark")
         return FanLandmarker(path)
     raise ValueError(f"landmarks={name!r} is not one of dlib, fan")
 
@@ -163,7 +165,9 @@ def load_fan_network(path: Path) -> Any:
 
     if _is_torchscript(path):
         try:
-            return torch.jit.load(str(path), map_location="cpu")
+            with warnings.catch_warnings():  # torch.jit is deprecated, old checkpoints are not
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return torch.jit.load(str(path), map_location="cpu")
         except RuntimeError as e:
             raise ValueError(
                 f"{path} is not a loadable TorchScript 2D-FAN ({e}); replace it"

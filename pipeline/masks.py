@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.backends import weight_names
 from pipeline.models import file_identity, find_weights
 
 EXPAND = 1.5  # blend square side / longer side of the crop box (MuseTalk's expand)
@@ -26,7 +27,7 @@ FACE_HULL = np.arange(0, 36)
 # CelebAMask-HQ labels of face-parsing.PyTorch: 1 skin, 10 nose, 11 mouth, 12/13 lips.
 # Hair (17), neck (14, 15), cloth (16), hat (18) and background (0) are left out.
 FACE_CLASSES = (1, 10, 11, 12, 13)
-BISENET_WEIGHTS = ["79999_iter.pth", "face-parse-bisent/79999_iter.pth"]
+BISENET_WEIGHTS = weight_names("mask", "bisenet")
 BISENET_INPUT = 512  # the resolution the parser was trained at
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -65,7 +66,9 @@ def landmark_mask(
     mask = np.zeros((size, size), np.uint8)
     # Pixel centres sit at i + 0.5 in mask coordinates; cv2 puts them at i. Drawing
     # with 4 fractional bits keeps the polygon sub-pixel exact.
-    hull = cv2.convexHull(((_to_mask(pts[FACE_HULL], square, size) - 0.5) * 16).round().astype(np.int32))
+    hull = cv2.convexHull(
+        ((_to_mask(pts[FACE_HULL], square, size) - 0.5) * 16).round().astype(np.int32)
+    )
     cv2.fillConvexPoly(mask, hull, 255, lineType=cv2.LINE_8, shift=4)
     return finish_mask(mask, crop_box, square, feather)
 
@@ -111,7 +114,9 @@ class FaceParser:
             net.load_state_dict({k.removeprefix("module."): v for k, v in state.items()})
         except Exception as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise ValueError(f"{path} is not a BiSeNet face-parsing checkpoint ({first}); replace it") from e
+            raise ValueError(
+                f"{path} is not a BiSeNet face-parsing checkpoint ({first}); replace it"
+            ) from e
         self._net: Any = net.to(self.device).eval()
 
     def parse(self, image_rgb: np.ndarray) -> np.ndarray:
@@ -120,7 +125,11 @@ class FaceParser:
         import torch
 
         h, w = image_rgb.shape[:2]
-        x = cv2.resize(np.ascontiguousarray(image_rgb), (BISENET_INPUT, BISENET_INPUT), interpolation=cv2.INTER_LINEAR)
+        x = cv2.resize(
+            np.ascontiguousarray(image_rgb),
+            (BISENET_INPUT, BISENET_INPUT),
+            interpolation=cv2.INTER_LINEAR,
+        )
         x = (x.astype(np.float32) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
         t = torch.from_numpy(x.astype(np.float32)).permute(2, 0, 1)[None].to(self.device)
         with torch.inference_mode():
@@ -136,7 +145,7 @@ def load_face_parser(name: str, models_dir: Path | str | None) -> FaceParser:
     """
     if name != "bisenet":
         raise ValueError(f"face parser {name!r} is not one of bisenet")
-    return FaceParser(find_weights(models_dir, BISENET_WEIGHTS, "BiSeNet face-parsing weights"))
+    return FaceParser(find_weights(models_dir, BISENET_WEIGHTS, "BiSeNet face-parsing"))
 
 
 def square_region(frame: np.ndarray, square: np.ndarray) -> np.ndarray:
