@@ -82,7 +82,11 @@ def precompile(
     keys = plan(digest, recipe, {FRAME_CODEC_PARAM: frame_codec()})
     report = PrecompileReport(path, digest, keys.avatar)
     if not force and (avatar := store.get_avatar(keys.avatar)) is not None:
-        report.stages = [StageResult(n, k, True) for n, k in keys.stages.items()]
+        records = {n: store.get_stage(k) for n, k in keys.stages.items()}
+        report.stages = [
+            StageResult(n, k, True, 0.0, records[n].nbytes if records[n] else 0)
+            for n, k in keys.stages.items()
+        ]
         report.counts = dict(avatar.get("counts", {}))
         store.count("hits")
         store.touch(keys.avatar)
