@@ -290,6 +290,21 @@ class Store:
 
         self.write(txn_fn)
 
+    def discard_stages(self, keys: list[str]) -> int:
+        """Delete these stage manifests unless an avatar names one; returns how many went.
+
+        Used to roll back a failed precompile; the blobs they named are left to gc.
+        """
+
+        def txn_fn(txn: lmdb.Transaction) -> int:
+            named = set()
+            with txn.cursor(db=self.dbs["avatar"]) as cur:
+                for _, value in cur:
+                    named.update(unpack(value)["stages"].values())
+            return sum(bool(txn.delete(k.encode(), db=self.dbs["stage"])) for k in keys if k not in named)
+
+        return self.write(txn_fn)
+
     def get_avatar(self, key: str) -> dict[str, Any] | None:
         """The avatar manifest, or None when it or any stage or blob below it is missing."""
         with self.read() as r:

@@ -120,14 +120,13 @@ def _digest(path: Path, size: int, mtime_ns: int) -> str:
 
 
 def path_identity(path: Path) -> str:
-    """Digest of a weights file, or of every file under a weights directory."""
+    """Digest of a weights file (its name does not count), or of a weights directory."""
     path = Path(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    parts = [
-        f"{p.relative_to(path) if path.is_dir() else p.name}:{_digest(p, p.stat().st_size, p.stat().st_mtime_ns)}"
-        for p in files
-    ]
-    return xxhash.xxh3_128_hexdigest("|".join(parts))
+    if not path.is_dir():
+        return _digest(path, path.stat().st_size, path.stat().st_mtime_ns)
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    parts = [f"{p.relative_to(path)}:{_digest(p, p.stat().st_size, p.stat().st_mtime_ns)}" for p in files]
+    return xxhash.xxh3_128_hexdigest("|".join(parts).encode())
 
 
 def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:
@@ -144,7 +143,7 @@ def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:
     paths = [
         find_weights(models_dir, list(alts), f"{name} {kind} weights") for alts in backend.weights
     ]
-    return f"{kind}:{name}:" + xxhash.xxh3_128_hexdigest("|".join(path_identity(p) for p in paths))
+    return f"{kind}:{name}:" + xxhash.xxh3_128_hexdigest("|".join(path_identity(p) for p in paths).encode())
 
 
 def weight_names(kind: str, name: str) -> list[str]:

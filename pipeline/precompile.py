@@ -99,6 +99,10 @@ def precompile(
             if attempt:  # gc removed a fresh stage twice in a row: give up loudly
                 raise
             report.stages.clear()
+        except BaseException:
+            # a failed precompile leaves no manifest behind (a kill -9 may: each is whole)
+            store.discard_stages([s.key for s in report.stages if not s.hit])
+            raise
     raise AssertionError("unreachable")
 
 
