@@ -236,6 +236,13 @@ def track_stage(path: Path, recipe: Recipe, frames: FrameSource, progress: Progr
 
     detector = load_detector(recipe.detector, recipe.models_dir)
     n = len(frames)
+    detected = 0
+
+    def on_batch(k: int) -> None:  # track reports frames per detector batch, not a total
+        nonlocal detected
+        detected += k
+        progress("track", detected, n)
+
     result = track(
         n,
         lambda i: make_proxy(frames(i), recipe.proxy),
@@ -243,7 +250,7 @@ def track_stage(path: Path, recipe: Recipe, frames: FrameSource, progress: Progr
         stride=recipe.stride,
         refine_iou=recipe.refine_iou,
         refine_shift=recipe.refine_shift,
-        progress=lambda done: progress("track", done, n),
+        progress=on_batch,
         source=str(path),
     )
     counts = {
