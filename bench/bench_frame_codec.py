@@ -39,7 +39,9 @@ def bench(frames: list[np.ndarray]) -> None:
     for b in blobs:
         np.frombuffer(b, np.uint8).reshape(frames[0].shape).copy()
     dec = (time.perf_counter() - t0) / len(frames)
-    print(f"{'raw':16} {raw_bytes / 1024:10.0f} {1.0:7.2f} {enc * 1e3:8.1f} {dec * 1e3:8.1f} {'inf':>8}")
+    print(
+        f"{'raw':16} {raw_bytes / 1024:10.0f} {1.0:7.2f} {enc * 1e3:8.1f} {dec * 1e3:8.1f} {'inf':>8}"
+    )
     for codec in ("png-1", "jpeg-q95-444", "webp-lossless"):
         t0 = time.perf_counter()
         blobs = [media.encode_frame(f, codec) for f in frames]

@@ -125,7 +125,9 @@ def path_identity(path: Path) -> str:
     if not path.is_dir():
         return _digest(path, path.stat().st_size, path.stat().st_mtime_ns)
     files = sorted(p for p in path.rglob("*") if p.is_file())
-    parts = [f"{p.relative_to(path)}:{_digest(p, p.stat().st_size, p.stat().st_mtime_ns)}" for p in files]
+    parts = [
+        f"{p.relative_to(path)}:{_digest(p, p.stat().st_size, p.stat().st_mtime_ns)}" for p in files
+    ]
     return xxhash.xxh3_128_hexdigest("|".join(parts).encode())
 
 
@@ -143,7 +145,9 @@ def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:
     paths = [
         find_weights(models_dir, list(alts), f"{name} {kind} weights") for alts in backend.weights
     ]
-    return f"{kind}:{name}:" + xxhash.xxh3_128_hexdigest("|".join(path_identity(p) for p in paths).encode())
+    return f"{kind}:{name}:" + xxhash.xxh3_128_hexdigest(
+        "|".join(path_identity(p) for p in paths).encode()
+    )
 
 
 def weight_names(kind: str, name: str) -> list[str]:

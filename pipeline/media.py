@@ -42,7 +42,9 @@ def _check_file(path: Path) -> None:
     if not path.is_file():
         raise MediaError(f"{path}: no such file; check the path")
     if path.stat().st_size == 0:
-        raise MediaError(f"{path}: file is empty (0 bytes); copy it again, it may still be uploading")
+        raise MediaError(
+            f"{path}: file is empty (0 bytes); copy it again, it may still be uploading"
+        )
 
 
 # ---------------------------------------------------------------------------- stills
@@ -84,9 +86,8 @@ def _to_rgb8(img: np.ndarray) -> np.ndarray:
         return cv2.cvtColor(img, cv2.COLOR_GRAY2RGB)
     if img.shape[2] == 1:
         return cv2.cvtColor(img[..., 0], cv2.COLOR_GRAY2RGB)
-    if img.shape[2] == 2:  # gray + alpha
-        img = cv2.cvtColor(img[..., 0], cv2.COLOR_GRAY2BGR), img[..., 1]
-        img = np.dstack(img)
+    if img.shape[2] == 2:  # gray + alpha -> BGRA
+        img = np.dstack([img[..., 0], img[..., 0], img[..., 0], img[..., 1]])
     if img.shape[2] == 4:
         alpha = img[..., 3:].astype(np.float32) / 255.0
         rgb = cv2.cvtColor(img[..., :3], cv2.COLOR_BGR2RGB).astype(np.float32)
@@ -227,9 +228,9 @@ def probe(path: str | Path) -> MediaInfo:
 
 # ---------------------------------------------------------------------------- frame codec
 
-# Measured by bench/bench_frame_codec.py (see its docstring for the figures): JPEG q95 with
-# 4:4:4 chroma decodes a 1080x1920 frame in ~12 ms on one core at ~1/10 of raw size, with
-# PSNR > 44 dB (visually lossless); PNG is lossless but 2-3x larger and slower to decode.
+# Chosen by bench/bench_frame_codec.py on 1080x1920 frames, one core: JPEG q95 with 4:4:4
+# chroma decodes in ~12 ms at 460-575 KiB (1/13-1/11 of raw) with PSNR >= 43 dB, visually
+# lossless; PNG-1 is 1.9-3.2 MiB and decodes in 44-76 ms, WebP lossless encodes in ~0.8 s.
 FRAME_CODEC = "jpeg-q95-444"
 
 
@@ -268,7 +269,11 @@ def decode_frame(data: bytes | memoryview | np.ndarray) -> np.ndarray:
     """Decode any frame encode_frame wrote (the format is read from the bytes) to RGB uint8."""
     import cv2
 
-    buf = data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
+    buf = (
+        data.reshape(-1).view(np.uint8)
+        if isinstance(data, np.ndarray)
+        else np.frombuffer(data, np.uint8)
+    )
     rgb = cv2.imdecode(buf, cv2.IMREAD_COLOR_RGB)
     if rgb is None:
         raise ValueError(f"decode_frame: {buf.size} bytes are not an encoded frame")

@@ -156,9 +156,13 @@ def resolve(
         return Resolved(persona, attire, chosen, _inside(root, loops[chosen]), "loop", options)
     if attire in found.stills:
         if motion is not None:
-            raise PersonaError(f"persona {persona!r} attire {attire!r} is a still; it has no motion {motion!r}")
+            raise PersonaError(
+                f"persona {persona!r} attire {attire!r} is a still; it has no motion {motion!r}"
+            )
         rule = "portrait" if attire == DEFAULT else "still"
-        return Resolved(persona, attire, DEFAULT, _inside(root, found.stills[attire]), rule, options)
+        return Resolved(
+            persona, attire, DEFAULT, _inside(root, found.stills[attire]), rule, options
+        )
     raise PersonaError(
         f"persona {persona!r} has no attire {attire!r}; attires: {', '.join(found.attires) or 'none'}"
     )

@@ -25,8 +25,12 @@ class Recipe:
     max_frames: int = 250  # 0 = every frame
     stride: int = 4  # keyframe stride S
     proxy: int = 480  # longer side of the detection proxy, px
-    refine_iou: float = 0.7  # neighbouring keyframes below this IoU are refined
-    refine_shift: float = 0.10  # ... or whose centres moved more than this x box size
+    refine_iou: float = (
+        0.6  # neighbouring keyframes below this IoU are refined (dlib box noise alone reaches 0.69)
+    )
+    refine_shift: float = (
+        0.15  # ... or whose centres moved more than this x box size (one HOG cell is ~0.1)
+    )
     detector: str = "dlib"
     landmarks: str = "dlib"
     mask: str = "landmarks"

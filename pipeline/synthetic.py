@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import wave
 from collections.abc import Iterable, Iterator
+from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
 
@@ -87,7 +88,10 @@ def loop_params(
 def _affine(row: np.ndarray) -> np.ndarray:
     """2x3 matrix taking photo pixels to frame pixels for one row of loop_params."""
     cx, cy, scale, angle = row
-    sx, sy = (SOURCE_FACE_BOX[0] + SOURCE_FACE_BOX[2]) / 2, (SOURCE_FACE_BOX[1] + SOURCE_FACE_BOX[3]) / 2
+    sx, sy = (
+        (SOURCE_FACE_BOX[0] + SOURCE_FACE_BOX[2]) / 2,
+        (SOURCE_FACE_BOX[1] + SOURCE_FACE_BOX[3]) / 2,
+    )
     a = math.radians(angle)
     c, s = scale * math.cos(a), scale * math.sin(a)
     # Rotate and scale about the photo's face centre, then put that centre at (cx, cy).
@@ -177,8 +181,13 @@ def write_loop_video(
     if first is None:
         raise ValueError(f"write_loop_video({path}): no frames to write")
     height, width = first.shape[:2]
-    with av.open(str(path), mode="w") as container:
-        stream = container.add_stream("libx264", rate=round(fps) if float(fps).is_integer() else fps)
+    # The container comes from the name; a temporary name (loop.mp4.part) is still MP4.
+    known = {".mp4": "mp4", ".m4v": "mp4", ".mov": "mov", ".mkv": "matroska"}
+    if ".webm" in (s.lower() for s in path.suffixes):
+        raise ValueError(f"write_loop_video({path}): writes H.264; name it .mp4, .mov or .mkv")
+    fmt = next((known[s.lower()] for s in reversed(path.suffixes) if s.lower() in known), "mp4")
+    with av.open(str(path), mode="w", format=fmt) as container:
+        stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
         stream.width, stream.height = width - width % 2, height - height % 2
         stream.pix_fmt = "yuv420p"
         stream.options = {"crf": str(crf), "preset": preset}
