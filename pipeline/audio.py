@@ -41,7 +41,9 @@ def load_audio(path: str | Path, sr: int) -> np.ndarray:
     try:
         with av.open(str(path)) as container:
             if not container.streams.audio:
-                raise AudioError(f"{path} has no audio stream; pass a WAV, MP3, M4A, FLAC or OGG file")
+                raise AudioError(
+                    f"{path} has no audio stream; pass a WAV, MP3, M4A, FLAC or OGG file"
+                )
             stream = container.streams.audio[0]
             # Keep the source layout; we average channels ourselves (see docstring).
             resampler = av.AudioResampler(format="fltp", rate=sr)
@@ -53,7 +55,9 @@ def load_audio(path: str | Path, sr: int) -> np.ndarray:
     except AudioError:
         raise
     except (av.error.FFmpegError, ValueError, UnicodeDecodeError) as exc:
-        raise AudioError(f"cannot decode audio file {path}: {exc}; pass a WAV, MP3, M4A, FLAC or OGG file") from exc
+        raise AudioError(
+            f"cannot decode audio file {path}: {exc}; pass a WAV, MP3, M4A, FLAC or OGG file"
+        ) from exc
     samples = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
     if samples.size == 0:
         raise AudioError(f"audio file {path} holds no samples; pass a non-empty audio file")
@@ -76,7 +80,7 @@ def loudness_envelope(
     samples: np.ndarray,
     sr: int,
     fps: float,
-    smooth: tuple[float, float] | None = (0.02, 0.10),
+    smooth: tuple[float, float] | None = (0.015, 0.05),
     gate_db: float = -50.0,
     range_db: float = 30.0,
 ) -> np.ndarray:

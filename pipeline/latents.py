@@ -78,7 +78,9 @@ def encode_latents(vae: Any, crops: np.ndarray, batch: int = 8) -> np.ndarray:
     out = []
     with torch.inference_mode():
         for start in range(0, len(crops), batch):
-            x = torch.from_numpy(np.ascontiguousarray(crops[start : start + batch])).to(device)
+            x = torch.from_numpy(np.array(crops[start : start + batch])).to(
+                device
+            )  # a copy: store arrays are read-only
             x = x.permute(0, 3, 1, 2).float() / 255.0
             masked = x.clone()
             masked[:, :, half:, :] = 0.0

@@ -1,0 +1,248 @@
+"""Render a lip-synced MP4 from hot avatar assets and an audio file.
+
+`render_video` reads as numbered steps. Step 4 overlaps three kinds of work on
+three threads joined by small bounded queues: fetching stored frames, rendering,
+and encoding (OpenCV, NumPy, torch and PyAV release the GIL, so this uses more
+than one core). The queues bound memory: it does not grow with the audio length.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pipeline.assets import AvatarAssets
+from pipeline.audio import load_audio, n_video_frames
+from pipeline.recipe import LOOP_MODES, RENDERERS
+from pipeline.schedule import schedule
+
+if TYPE_CHECKING:
+    from pipeline.encode import Mp4Writer
+    from pipeline.renderers.base import Renderer
+
+Progress = Callable[[int, int], None]  # (frames rendered, total frames)
+
+_DONE = object()  # end-of-stream marker on the queues
+_POLL = 0.1  # s; how often a blocked thread looks whether it should stop
+
+
+@dataclass
+class RenderReport:
+    out_path: Path
+    backend: str
+    frames: int
+    fps: float  # output video rate
+    audio_seconds: float
+    wall_seconds: float
+    first_frame_seconds: float  # from the call until the first frame reached the encoder
+
+    @property
+    def render_fps(self) -> float:
+        return self.frames / self.wall_seconds if self.wall_seconds > 0 else float("inf")
+
+    @property
+    def realtime_factor(self) -> float:
+        """Seconds of video made per second of wall time (>= 1 is faster than real time)."""
+        return self.audio_seconds / self.wall_seconds if self.wall_seconds > 0 else float("inf")
+
+
+def check_inputs(
+    assets: AvatarAssets,
+    audio_path: Path,
+    out_path: Path,
+    backend: str,
+    loop: str,
+    fps: float | None,
+) -> None:
+    """ValueError naming the argument, the value and the fix; nothing is decoded yet."""
+    if backend not in RENDERERS:
+        raise ValueError(f"backend={backend!r} is not one of {', '.join(RENDERERS)}")
+    if loop not in LOOP_MODES:
+        raise ValueError(f"loop={loop!r} is not one of {', '.join(LOOP_MODES)}")
+    if fps is not None and not fps > 0:
+        raise ValueError(f"fps={fps} must be positive (or None for the avatar's rate)")
+    if assets.n_frames < 1:
+        raise ValueError(f"avatar {assets.key} has no frames; precompile it again")
+    check_output(out_path)
+
+
+def check_output(out_path: Path) -> None:
+    """ValueError unless out_path can be written (its directory exists and is writable)."""
+    out_path = Path(out_path)
+    parent = out_path.parent
+    if not parent.is_dir():
+        raise ValueError(
+            f"output directory {parent} does not exist; create it or choose another -o"
+        )
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"output directory {parent} is not writable; choose another -o")
+    if out_path.is_dir():
+        raise ValueError(f"output path {out_path} is a directory; give a file name ending in .mp4")
+
+
+def render_video(
+    assets: AvatarAssets,
+    audio_path: str | Path,
+    out_path: str | Path,
+    backend: str = "warp",
+    loop: str = "pingpong",
+    fps: float | None = None,
+    models_dir: str | Path | None = None,
+    progress: Progress | None = None,
+    device: str | None = None,
+) -> RenderReport:
+    """Render `assets` speaking `audio_path` into the MP4 `out_path`.
+
+    The file appears at `out_path` only once it is complete; if anything fails (or
+    `progress` raises), nothing is left behind. Raises ValueError for bad arguments,
+    AudioError for unreadable audio, ModelMissingError for missing weights.
+    """
+    start = time.perf_counter()
+    audio_path, out_path = Path(audio_path), Path(out_path)
+
+    # 1. check inputs, before any decoding
+    check_inputs(assets, audio_path, out_path, backend, loop, fps)
+    from pipeline.renderers.base import load_renderer
+
+    renderer = load_renderer(backend, models_dir, device)
+
+    # 2. load the audio once, at the renderer's rate
+    sr = renderer.sample_rate
+    audio = load_audio(audio_path, sr)
+    seconds = audio.size / sr
+
+    # 3. schedule: which stored frame each output frame shows
+    out_fps = float(fps or renderer.fps or assets.fps)
+    n_out = max(1, n_video_frames(seconds, out_fps))
+    idxs = schedule(n_out, assets.n_frames, loop)
+    renderer.prepare(assets, audio, sr, n_out, out_fps)
+
+    # 4-5. fetch -> render -> encode, overlapped; the writer muxes and closes
+    from pipeline.encode import Mp4Writer
+
+    with Mp4Writer(
+        out_path, assets.width, assets.height, out_fps, audio=audio, sample_rate=sr
+    ) as writer:
+        first = _run_pipeline(assets, renderer, idxs, writer, progress)
+    wall = time.perf_counter() - start
+    return RenderReport(
+        out_path=out_path,
+        backend=backend,
+        frames=n_out,
+        fps=out_fps,
+        audio_seconds=seconds,
+        wall_seconds=wall,
+        first_frame_seconds=(first - start) if first is not None else wall,
+    )
+
+
+class _Stop(Exception):
+    """Another stage failed; this one just ends."""
+
+
+def _put(q: queue.Queue, item: object, stop: threading.Event) -> None:
+    while True:
+        if stop.is_set():
+            raise _Stop
+        try:
+            q.put(item, timeout=_POLL)
+            return
+        except queue.Full:
+            continue
+
+
+def _get(q: queue.Queue, stop: threading.Event) -> object:
+    while True:
+        if stop.is_set():
+            raise _Stop
+        try:
+            return q.get(timeout=_POLL)
+        except queue.Empty:
+            continue
+
+
+def _run_pipeline(
+    assets: AvatarAssets,
+    renderer: Renderer,
+    idxs: np.ndarray,
+    writer: Mp4Writer,
+    progress: Progress | None,
+) -> float | None:
+    """Run the three stages; returns when the first frame reached the encoder."""
+    batch = max(1, int(renderer.batch_size))
+    fetched: queue.Queue = queue.Queue(maxsize=batch + 2)
+    rendered: queue.Queue = queue.Queue(maxsize=batch + 2)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    first: list[float] = []
+
+    def guarded(fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except _Stop:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                errors.append(exc)
+                stop.set()
+
+        return run
+
+    def fetch() -> None:
+        for t, i in enumerate(idxs.tolist()):
+            _put(fetched, (t, i, assets.load_frame(i)), stop)
+        _put(fetched, _DONE, stop)
+
+    def encode() -> None:
+        while (frame := _get(rendered, stop)) is not _DONE:
+            writer.write(frame)
+            if not first:
+                first.append(time.perf_counter())
+
+    threads = [
+        threading.Thread(target=guarded(fetch), name="render-fetch", daemon=True),
+        threading.Thread(target=guarded(encode), name="render-encode", daemon=True),
+    ]
+    for th in threads:
+        th.start()
+    total, done = len(idxs), 0
+    try:
+        ended = False
+        while not ended:
+            items = []
+            while len(items) < batch:
+                item = _get(fetched, stop)
+                if item is _DONE:
+                    ended = True
+                    break
+                items.append(item)
+            if items:
+                ts, ii, frames = zip(*items, strict=True)
+                for out in renderer.render_batch(list(ts), list(ii), list(frames)):
+                    _put(rendered, out, stop)
+                done += len(items)
+                if progress is not None:
+                    progress(done, total)
+        _put(rendered, _DONE, stop)
+        threads[1].join()
+    except _Stop:
+        pass
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        if errors or stop.is_set():
+            stop.set()
+        for th in threads:
+            th.join()
+    if errors:
+        raise errors[0]
+    return first[0] if first else None

@@ -1,0 +1,171 @@
+"""`hotplate render` through the real CLI: hot path reads only the store, JIT, bad input."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import av
+import pytest
+
+from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
+
+SIZE = (540, 960)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("render")
+    personas = root / "personas"
+    (personas / "astro").mkdir(parents=True)
+    write_loop_video(personas / "astro" / "studio.mp4", n_frames=10, size=SIZE)
+    write_wav(root / "speech.wav", make_speech_audio(2.0), 16000)
+    return root
+
+
+def hotplate(world, *args, check=False):
+    cmd = [
+        sys.executable,
+        "-m",
+        "hotplate.cli",
+        "--personas",
+        str(world / "personas"),
+        "--cache",
+        str(world / "cache"),
+        *args,
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=world)
+    if check and result.returncode:
+        raise AssertionError(result.stderr)
+    return result
+
+
+def render_args(world, out, *extra):
+    return [
+        "render",
+        "--persona",
+        "astro",
+        "--attire",
+        "studio",
+        "--audio",
+        str(world / "speech.wav"),
+        "-o",
+        str(out),
+        *extra,
+    ]
+
+
+def test_no_jit_on_cold_names_the_command(world):
+    result = hotplate(world, *render_args(world, world / "cold.mp4", "--no-jit"))
+    assert result.returncode == 1
+    assert "hotplate precompile" in result.stderr and "Traceback" not in result.stderr
+    assert not (world / "cold.mp4").exists()
+
+
+def test_cold_render_precompiles_just_in_time_then_hot_reads_only_the_store(world):
+    out = world / "jit.mp4"
+    first = hotplate(world, *render_args(world, out), check=True)
+    assert "JIT precompile" in first.stdout
+    with av.open(str(out)) as c:
+        assert (
+            c.streams.video[0].codec_context.name == "h264"
+            and c.streams.audio[0].codec_context.name == "aac"
+        )
+
+    # the hot render, with an audit hook recording every file opened under personas/
+    script = textwrap.dedent(f"""
+        import json, sys
+        personas = {str(world / "personas")!r}
+        opened = []
+        def hook(event, args):
+            if event == "open" and isinstance(args[0], str) and args[0].startswith(personas):
+                opened.append(args[0])
+        sys.addaudithook(hook)
+        from cachestore.store import open_store
+        from cachestore.stats import store_stats
+        before = store_stats(open_store({str(world / "cache")!r}))
+        from hotplate.cli import cli
+        try:
+            cli.main(["--personas", personas, "--cache", {str(world / "cache")!r}, "render", "--persona", "astro",
+                      "--attire", "studio", "--audio", {str(world / "speech.wav")!r}, "-o", {str(world / "hot.mp4")!r}],
+                     standalone_mode=False)
+        finally:
+            after = store_stats(open_store({str(world / "cache")!r}))
+            print(json.dumps({{"opened": opened, "stages": [before.entries["stage"], after.entries["stage"]],
+                              "misses": [before.counters.get("misses", 0), after.counters.get("misses", 0)]}}))
+    """)
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=world
+    )
+    assert result.returncode == 0, result.stderr
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "cache hit" in result.stdout
+    assert facts["opened"] == [], "a hot render opened files in the personas folder"
+    assert facts["stages"][0] == facts["stages"][1] and facts["misses"][0] == facts["misses"][1]
+    assert (world / "hot.mp4").stat().st_size > 0
+
+
+def test_unknown_persona_lists_known_ones(world):
+    result = hotplate(
+        world,
+        "render",
+        "--persona",
+        "nobody",
+        "--audio",
+        str(world / "speech.wav"),
+        "-o",
+        str(world / "x.mp4"),
+    )
+    assert (
+        result.returncode == 1
+        and "astro" in result.stderr
+        and len(result.stderr.strip().splitlines()) == 1
+    )
+
+
+def test_unknown_attire_and_motion_list_what_exists(world):
+    result = hotplate(
+        world,
+        "render",
+        "--persona",
+        "astro",
+        "--attire",
+        "navy",
+        "--audio",
+        str(world / "speech.wav"),
+        "-o",
+        str(world / "x.mp4"),
+    )
+    assert result.returncode == 1 and "studio" in result.stderr
+    result = hotplate(world, *render_args(world, world / "x.mp4", "--motion", "M9"))
+    assert result.returncode == 1 and "default" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "out", ["missing-dir/out.mp4", "/proc/out.mp4"], ids=["missing-dir", "not-writable"]
+)
+def test_bad_output_path_refused_before_any_work(world, out):
+    target = out if out.startswith("/") else str(world / out)
+    result = hotplate(world, *render_args(world, target))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "JIT" not in result.stdout
+
+
+def test_empty_or_garbage_audio(world):
+    (world / "empty.wav").write_bytes(b"")
+    (world / "junk.wav").write_bytes(b"RIFF" + bytes(300))
+    for name in ("empty.wav", "junk.wav"):
+        result = hotplate(
+            world,
+            "render",
+            "--persona",
+            "astro",
+            "--attire",
+            "studio",
+            "--audio",
+            str(world / name),
+            "-o",
+            str(world / "a.mp4"),
+        )
+        assert result.returncode == 1 and name in result.stderr and "Traceback" not in result.stderr
+        assert not (world / "a.mp4").exists()
