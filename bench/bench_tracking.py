@@ -3,9 +3,9 @@
 On synthetic 1080x1920 loops with known face boxes (pipeline/synthetic.py), compares
   naive     dlib HOG on every full-resolution frame,
   fixed     keyframes every 4th frame on the 480-px proxy, interpolated (no refinement),
-  adaptive  the same plus refinement where neighbouring keyframes disagree (IoU < 0.7 or
-            centre shift > 0.10 x box size, the recipe defaults),
-  ad.6/.15  adaptive with refine_iou=0.6, refine_shift=0.15,
+  adaptive  the same plus refinement where neighbouring keyframes disagree (the recipe
+            defaults: IoU < 0.6 or centre shift > 0.15 x box size),
+  ad.7/.10  adaptive with the stricter refine_iou=0.7, refine_shift=0.10,
 by detector seconds, detector calls, mean IoU to the truth (all frames, and the jump's
 frames) and centre jitter (mean |second difference|, px/frame^2). Prints; asserts nothing.
 """
@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline import synthetic  # noqa: E402
 from pipeline.detectors import load_detector  # noqa: E402
 from pipeline.media import make_proxy  # noqa: E402
+from pipeline.recipe import Recipe  # noqa: E402
 from pipeline.tracking import center_jitter, iou, track, track_naive  # noqa: E402
 
 
@@ -43,16 +44,24 @@ def compare(motion: str, n_frames: int, detector) -> None:
     made = time.perf_counter() - t0
     jump = synthetic.jump_frames(n_frames) if motion == "jump" else range(0)
 
+    recipe = Recipe()
+
     def proxy(i: int) -> tuple[np.ndarray, float]:
         return make_proxy(frames[i], 480)
 
     results = {
         "naive": track_naive(frames, detector),
         "fixed": track(n_frames, proxy, detector, refine_iou=0.0, refine_shift=float("inf")),
-        "adaptive": track(n_frames, proxy, detector),
+        "adaptive": track(
+            n_frames,
+            proxy,
+            detector,
+            refine_iou=recipe.refine_iou,
+            refine_shift=recipe.refine_shift,
+        ),
         # dlib's box jumps by a pyramid level (IoU 0.69) or a HOG cell (~0.1 box) between
-        # neighbours with no real motion; looser thresholds ignore that.
-        "ad.6/.15": track(n_frames, proxy, detector, refine_iou=0.6, refine_shift=0.15),
+        # neighbours with no real motion; these stricter thresholds refine on that noise.
+        "ad.7/.10": track(n_frames, proxy, detector, refine_iou=0.7, refine_shift=0.10),
     }
     print(f"\n{motion}: {n_frames} frames 1080x1920 (made in {made:.1f} s), {detector.name}")
     print(
@@ -62,7 +71,7 @@ def compare(motion: str, n_frames: int, detector) -> None:
     for name, result in results.items():
         print(row(name, result, truth, jump))
     naive = results["naive"]
-    for name in ("fixed", "adaptive", "ad.6/.15"):
+    for name in ("fixed", "adaptive", "ad.7/.10"):
         result = results[name]
         print(
             f"speed-up naive/{name}: {naive.detector_seconds / result.detector_seconds:.1f}x "

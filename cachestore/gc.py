@@ -145,8 +145,10 @@ def _evict_lru(keep, avatars, stages, blob_sizes, access, pins, max_size) -> set
     blob_refs = Counter(
         d for s in stage_refs for d in stages[s][0]["blobs"].values() if s in stages
     )
-    size = sum(blob_sizes.get(d, 0) for d in blob_refs) + sum(
-        stages[s][1] for s in stage_refs if s in stages
+    size = (
+        sum(blob_sizes.get(d, 0) for d in blob_refs)
+        + sum(stages[s][1] for s in stage_refs if s in stages)
+        + sum(avatars[k][1] for k in keep)  # the avatar manifests count toward the cap too
     )
     order = sorted(
         (k for k in keep if k not in pins), key=lambda k: access.get(k, avatars[k][0]["created"])
@@ -155,6 +157,7 @@ def _evict_lru(keep, avatars, stages, blob_sizes, access, pins, max_size) -> set
         if size <= max_size:
             break
         keep.discard(key)
+        size -= avatars[key][1]
         for s in avatars[key][0]["stages"].values():
             stage_refs[s] -= 1
             if stage_refs[s] or s not in stages:

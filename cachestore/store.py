@@ -34,6 +34,8 @@ SCHEMA = 1
 DATABASES = ("blob", "stage", "avatar", "source", "access", "meta", "hashcache", "pin")
 DEFAULT_MAP_SIZE = 8 << 30  # virtual; the file grows only as data is written
 MAX_READERS = 512
+# What LMDB raises when the file's pages are not what its meta pages promise.
+DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError, lmdb.IncompatibleError)
 
 
 def pack(record: Any) -> bytes:
@@ -120,8 +122,15 @@ class Store:
         except lmdb.Error as exc:
             raise StoreDamagedError(f"cannot open the store at {self.path}: {exc}") from exc
         self.env.reader_check()  # clear reader slots left by crashed processes
-        self.dbs = {name: self._open_db(name) for name in DATABASES}
-        self._check_schema()
+        try:
+            self.dbs = {name: self._open_db(name) for name in DATABASES}
+            self._check_schema()
+        except DAMAGE as exc:
+            self.close()
+            raise self._damaged(exc) from exc
+        except StoreDamagedError:  # from the schema check: release the env and the hold
+            self.close()
+            raise
 
     # -- opening -------------------------------------------------------------
 
@@ -147,6 +156,12 @@ class Store:
                 f"cache directory {self.path} is not writable ({exc.strerror}); "
                 f"fix its permissions or choose another with --cache or HOTPLATE_CACHE"
             ) from exc
+
+    def _damaged(self, exc: Exception) -> StoreDamagedError:
+        return StoreDamagedError(
+            f"{self.path / 'data.mdb'} is damaged ({exc}); move it aside (it is not deleted "
+            f"for you) and run again to start an empty store"
+        )
 
     def _take_shared_hold(self) -> int | None:
         """A shared flock held while open, so `compact` can tell nobody else is using it."""
@@ -189,6 +204,8 @@ class Store:
             txn = self.env.begin(buffers=True)
         try:
             yield Reader(self, txn)
+        except (*DAMAGE, lmdb.BadTxnError) as exc:  # a read txn goes bad only on a bad page
+            raise self._damaged(exc) from exc
         finally:
             txn.abort()
 
@@ -206,6 +223,8 @@ class Store:
                     self._grow()
                 except lmdb.MapResizedError:
                     self.env.set_mapsize(0)
+                except DAMAGE as exc:
+                    raise self._damaged(exc) from exc
 
     def _grow(self) -> None:
         size = self.env.info()["map_size"]
@@ -301,7 +320,9 @@ class Store:
             with txn.cursor(db=self.dbs["avatar"]) as cur:
                 for _, value in cur:
                     named.update(unpack(value)["stages"].values())
-            return sum(bool(txn.delete(k.encode(), db=self.dbs["stage"])) for k in keys if k not in named)
+            return sum(
+                bool(txn.delete(k.encode(), db=self.dbs["stage"])) for k in keys if k not in named
+            )
 
         return self.write(txn_fn)
 
@@ -348,14 +369,23 @@ def open_store(
 ) -> Store:
     """The process's one Store for this directory (LMDB forbids opening an env twice).
 
+    A read-only request gets the writable Store when this process has one; a writable
+    request closes a read-only Store this process opened before.
+
     A child created by fork must not reuse its parent's environment: the pid check
     makes it open its own.
     """
     real = os.path.realpath(path)
+    mine = os.getpid()
     with _OPEN_LOCK:
-        pid, store = _OPEN.get((real, readonly), (None, None))
-        if store is not None and pid == os.getpid():
-            return store
+        # A writable handle serves reads too; a read-only one is replaced by a writable one.
+        for ro in (False, True) if readonly else (False,):
+            pid, store = _OPEN.get((real, ro), (None, None))
+            if store is not None and pid == mine:
+                return store
+        pid, store = _OPEN.pop((real, True), (None, None))
+        if store is not None and pid == mine:
+            store.close()
         store = Store(real, map_size=map_size, readonly=readonly)
         _OPEN[(real, readonly)] = (os.getpid(), store)
         return store

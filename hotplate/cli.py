@@ -47,7 +47,8 @@ def settings_of(ctx: click.Context) -> Settings:
 def open_cache(settings: Settings, readonly: bool = False):
     from cachestore.store import open_store
 
-    if readonly and not (settings.cache / "data.mdb").exists():
+    # a cache path that is a file goes on to open_store, which names the problem
+    if readonly and not settings.cache.is_file() and not (settings.cache / "data.mdb").exists():
         raise FileNotFoundError(
             f"no store at {settings.cache} yet; run `hotplate precompile` or `hotplate sync` first"
         )
@@ -132,7 +133,8 @@ def resolve(
 
     settings = settings_of(ctx)
     found = resolve_source(settings.personas, persona, attire, motion, video)
-    store = open_cache(settings) if (settings.cache / "data.mdb").exists() else None
+    present = (settings.cache / "data.mdb").exists() or settings.cache.is_file()
+    store = open_cache(settings) if present else None
     p = plan_for(store, found.path, settings.recipe)
     hot = store is not None and store.get_avatar(p.avatar) is not None
     click.echo(f"source   {found.path}  ({found.rule})")
@@ -371,7 +373,8 @@ def ls_cmd(ctx: click.Context) -> None:
     from pipeline.catalog import iter_sources, plan_for
 
     settings = settings_of(ctx)
-    store = open_cache(settings) if (settings.cache / "data.mdb").exists() else None
+    present = (settings.cache / "data.mdb").exists() or settings.cache.is_file()
+    store = open_cache(settings) if present else None
     rows = []
     for src in iter_sources(settings.personas):
         p = plan_for(store, src.path, settings.recipe)
@@ -402,7 +405,7 @@ def status(ctx: click.Context) -> None:
 
     settings = settings_of(ctx)
     click.echo(f"store    {settings.cache}")
-    if not (settings.cache / "data.mdb").exists():
+    if not (settings.cache / "data.mdb").exists() and not settings.cache.is_file():
         click.echo("         (empty: nothing precompiled yet)")
     else:
         stats = store_stats(open_cache(settings, readonly=True))

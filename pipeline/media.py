@@ -280,6 +280,36 @@ def decode_frame(data: bytes | memoryview | np.ndarray) -> np.ndarray:
     return rgb
 
 
+def decode_proxy(
+    data: bytes | memoryview | np.ndarray, full_side: int, proxy: int = 480
+) -> tuple[np.ndarray, float]:
+    """make_proxy(decode_frame(data)) but cheaper: JPEG decodes straight to 1/2, 1/4 or 1/8
+    size (DCT scaling) when that still leaves the longer side >= proxy px.
+
+    full_side is the full frame's longer side; the scale returned is relative to it.
+    """
+    import cv2
+
+    reduce = next((r for r in (8, 4, 2) if full_side / r >= proxy), 1)
+    if reduce == 1:
+        return make_proxy(decode_frame(data), proxy)
+    flag = {
+        2: cv2.IMREAD_REDUCED_COLOR_2,
+        4: cv2.IMREAD_REDUCED_COLOR_4,
+        8: cv2.IMREAD_REDUCED_COLOR_8,
+    }[reduce]
+    buf = (
+        data.reshape(-1).view(np.uint8)
+        if isinstance(data, np.ndarray)
+        else np.frombuffer(data, np.uint8)
+    )
+    bgr = cv2.imdecode(buf, flag)
+    if bgr is None:
+        raise ValueError(f"decode_proxy: {buf.size} bytes are not an encoded frame")
+    image, scale = make_proxy(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), proxy)
+    return image, scale * max(bgr.shape[:2]) / full_side
+
+
 def make_proxy(frame: np.ndarray, proxy: int = 480) -> tuple[np.ndarray, float]:
     """Downscale so the longer side is `proxy` px (never upscale); return (image, scale)."""
     import cv2

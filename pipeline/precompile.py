@@ -10,7 +10,7 @@ missing data.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from cachestore.errors import MissingStageError
 from cachestore.hashcache import file_digest
 from cachestore.store import Store
 from pipeline.catalog import FRAME_CODEC_PARAM, frame_codec
+from pipeline.parallel import ordered_map
 from pipeline.plan import Plan, plan
 from pipeline.recipe import Recipe
 
@@ -119,7 +120,9 @@ def _build(
     # 2. decode: every frame, encoded with the frame codec, so renders never open the source
     decode = run.stage("decode", lambda: decode_stage(path, recipe, progress))
     n = int(decode.meta["frames"])
-    frames = FrameSource(store, decode.blobs)
+    frames = FrameSource(
+        store, decode.blobs, max(int(decode.meta["width"]), int(decode.meta["height"]))
+    )
     # 3. track on proxies
     track = run.stage("track", lambda: track_stage(path, recipe, frames, progress))
     boxes = store.load_arrays(track.key)["boxes"]
@@ -186,18 +189,30 @@ class StageRunner:
 class FrameSource:
     """Stored frames by index, decoded on demand (the source file is never reopened)."""
 
-    def __init__(self, store: Store, blobs: dict[str, str]) -> None:
-        self.store = store
+    def __init__(self, store: Store, blobs: dict[str, str], full_side: int) -> None:
+        self.store, self.full_side = store, full_side
         self.digests = [blobs[k] for k in sorted(k for k in blobs if k.startswith("frame/"))]
 
     def __len__(self) -> int:
         return len(self.digests)
 
+    def _blob(self, i: int) -> np.ndarray:
+        with self.store.read() as r:
+            return r.array(self.digests[i]).copy()  # the JPEG bytes, small; decoded outside the txn
+
     def __call__(self, i: int) -> np.ndarray:
         from pipeline.media import decode_frame
 
-        with self.store.read() as r:
-            return decode_frame(r.array(self.digests[i]))
+        return decode_frame(self._blob(i))
+
+    def proxy(self, i: int, proxy: int) -> tuple[np.ndarray, float]:
+        from pipeline.media import decode_proxy
+
+        return decode_proxy(self._blob(i), self.full_side, proxy)
+
+    def each(self) -> Iterator[np.ndarray]:
+        """Every frame in order, decoded two at a time ahead of the consumer."""
+        return ordered_map(self, range(len(self)), ahead=4)
 
 
 def frame_name(i: int) -> str:
@@ -214,10 +229,16 @@ def decode_stage(path: Path, recipe: Recipe, progress: Progress):
         else min(info.frames or recipe.max_frames, recipe.max_frames)
     )
     arrays: dict[str, np.ndarray] = {}
-    shape = None
-    for i, frame in enumerate(iter_frames(path, recipe.max_frames)):
-        shape = frame.shape
-        arrays[frame_name(i)] = np.frombuffer(encode_frame(frame), np.uint8)
+    shape: tuple[int, ...] = ()
+
+    def encode(frame: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
+        return frame.shape, np.frombuffer(encode_frame(frame), np.uint8)
+
+    # PyAV decodes on this thread while OpenCV encodes the previous frames on others
+    for i, (frame_shape, data) in enumerate(
+        ordered_map(encode, iter_frames(path, recipe.max_frames))
+    ):
+        arrays[frame_name(i)], shape = data, frame_shape
         progress("decode", i + 1, total)
     height, width = shape[:2]
     meta = {
@@ -231,7 +252,6 @@ def decode_stage(path: Path, recipe: Recipe, progress: Progress):
 
 def track_stage(path: Path, recipe: Recipe, frames: FrameSource, progress: Progress):
     from pipeline.detectors import load_detector
-    from pipeline.media import make_proxy
     from pipeline.tracking import track
 
     detector = load_detector(recipe.detector, recipe.models_dir)
@@ -245,7 +265,7 @@ def track_stage(path: Path, recipe: Recipe, frames: FrameSource, progress: Progr
 
     result = track(
         n,
-        lambda i: make_proxy(frames(i), recipe.proxy),
+        lambda i: frames.proxy(i, recipe.proxy),
         detector,
         stride=recipe.stride,
         refine_iou=recipe.refine_iou,
@@ -285,32 +305,42 @@ class PerFrameStages:
         progress: Progress,
     ) -> None:
         self.recipe, self.frames, self.boxes, self.progress = recipe, frames, boxes, progress
+        self._crops: tuple[np.ndarray, np.ndarray] | None = None
 
     def landmarks(self):
+        """Landmarks; crops are made in the same pass (one decode per frame) and kept
+        for the crops stage, which is stored under its own key right after."""
         from pipeline.landmarks import load_landmarker
 
         model = load_landmarker(self.recipe.landmarks, self.recipe.models_dir)
         n = len(self.frames)
         out = np.zeros((n, 68, 2), np.float32)
-        for i in range(n):
-            out[i] = model.predict(self.frames(i), self.boxes[i])
+        self._crops = self._empty_crops(n)
+        for i, frame in enumerate(self.frames.each()):
+            out[i] = model.predict(frame, self.boxes[i])
+            self._crop_one(i, frame, out[i])
             self.progress("landmarks", i + 1, n)
         return {"landmarks": out}, {}
 
     def crops(self, landmarks: np.ndarray):
+        if self._crops is None:  # landmarks were a hit: a pass of our own
+            self._crops = self._empty_crops(len(self.frames))
+            for i, frame in enumerate(self.frames.each()):
+                self._crop_one(i, frame, landmarks[i])
+                self.progress("crops", i + 1, len(self.frames))
+        boxes, crops = self._crops
+        return {"crop_boxes": boxes, "crops": crops}, {}
+
+    def _empty_crops(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        size = self.recipe.crop_size
+        return np.zeros((n, 4), np.int32), np.zeros((n, size, size, 3), np.uint8)
+
+    def _crop_one(self, i: int, frame: np.ndarray, landmarks: np.ndarray) -> None:
         from pipeline.crops import crop_resize, half_face_box
 
-        n, size = len(self.frames), self.recipe.crop_size
-        boxes = np.zeros((n, 4), np.int32)
-        crops = np.zeros((n, size, size, 3), np.uint8)
-        for i in range(n):
-            frame = self.frames(i)
-            boxes[i] = half_face_box(
-                landmarks[i], self.recipe.bbox_shift, frame.shape, self.boxes[i]
-            )
-            crops[i] = crop_resize(frame, boxes[i], size)
-            self.progress("crops", i + 1, n)
-        return {"crop_boxes": boxes, "crops": crops}, {}
+        boxes, crops = self._crops
+        boxes[i] = half_face_box(landmarks, self.recipe.bbox_shift, frame.shape, self.boxes[i])
+        crops[i] = crop_resize(frame, boxes[i], self.recipe.crop_size)
 
     def masks(self, landmarks: np.ndarray, crop_boxes: np.ndarray):
         from pipeline.masks import bisenet_mask, blend_square, landmark_mask, load_face_parser
