@@ -197,11 +197,12 @@ class Store:
     @contextmanager
     def read(self) -> Iterator[Reader]:
         """A consistent snapshot; picks up a map grown by another process."""
-        try:
-            txn = self.env.begin(buffers=True)
-        except lmdb.MapResizedError:
-            self.env.set_mapsize(0)  # adopt the size another process set
-            txn = self.env.begin(buffers=True)
+        while True:
+            try:
+                txn = self.env.begin(buffers=True)
+                break
+            except lmdb.MapResizedError:
+                self.env.set_mapsize(0)  # adopt the size another process set, then try again
         try:
             yield Reader(self, txn)
         except (*DAMAGE, lmdb.BadTxnError) as exc:  # a read txn goes bad only on a bad page

@@ -470,10 +470,11 @@ def gc(
     from pipeline.catalog import iter_sources, plan_for
 
     settings = settings_of(ctx)
-    store = open_cache(settings)
-    for key in pin:
+    # a dry run writes nothing: read-only store, --pin keys only count as roots
+    store = open_cache(settings, readonly=dry_run)
+    for key in pin if not dry_run else ():
         store.put("pin", key, {"time": time.time()})
-    roots = set()
+    roots = set(pin)
     for src in iter_sources(settings.personas):
         try:
             roots.add(plan_for(store, src.path, settings.recipe).avatar)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cachestore.hashcache import file_digest
 from cachestore.store import Store
-from pipeline.personas import DEFAULT, list_personas, scan_persona
+from pipeline.personas import DEFAULT, PersonaError, inside, list_personas, scan_persona
 from pipeline.plan import Plan, plan
 from pipeline.recipe import Recipe
 
@@ -25,14 +25,23 @@ class Source:
 
 
 def iter_sources(root: Path) -> Iterator[Source]:
-    """Each loop and still of each persona, in a stable order."""
+    """Each loop and still of each persona, in a stable order; files that resolve
+    outside the personas folder (symlinks) are skipped, as the resolver refuses them."""
     for name in list_personas(root):
-        persona = scan_persona(root, name)
+        try:
+            persona = scan_persona(root, name)
+        except (PersonaError, OSError):  # a persona folder that vanished or is a bad link
+            continue
         for attire in persona.attires:
-            for motion, path in sorted(persona.loops.get(attire, {}).items()):
-                yield Source(name, attire, motion, path, "loop")
+            found = [(m, p, "loop") for m, p in sorted(persona.loops.get(attire, {}).items())]
             if attire in persona.stills:
-                yield Source(name, attire, DEFAULT, persona.stills[attire], "still")
+                found.append((DEFAULT, persona.stills[attire], "still"))
+            for motion, path, kind in found:
+                try:
+                    inside(root, path)
+                except PersonaError:
+                    continue
+                yield Source(name, attire, motion, path, kind)
 
 
 def frame_codec() -> str:

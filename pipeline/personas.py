@@ -71,7 +71,7 @@ def _safe_name(kind: str, name: str) -> str:
     return name
 
 
-def _inside(root: Path, path: Path) -> Path:
+def inside(root: Path, path: Path) -> Path:
     """path resolved, refusing anything (a symlink, say) that points outside root."""
     real = path.resolve()
     if not real.is_relative_to(root.resolve()):
@@ -153,16 +153,14 @@ def resolve(
         )
     if loops:
         chosen = motion if motion is not None else sorted(loops)[0]
-        return Resolved(persona, attire, chosen, _inside(root, loops[chosen]), "loop", options)
+        return Resolved(persona, attire, chosen, inside(root, loops[chosen]), "loop", options)
     if attire in found.stills:
         if motion is not None:
             raise PersonaError(
                 f"persona {persona!r} attire {attire!r} is a still; it has no motion {motion!r}"
             )
         rule = "portrait" if attire == DEFAULT else "still"
-        return Resolved(
-            persona, attire, DEFAULT, _inside(root, found.stills[attire]), rule, options
-        )
+        return Resolved(persona, attire, DEFAULT, inside(root, found.stills[attire]), rule, options)
     raise PersonaError(
         f"persona {persona!r} has no attire {attire!r}; attires: {', '.join(found.attires) or 'none'}"
     )
