@@ -314,6 +314,9 @@ def render(
     from pipeline.render import check_output, render_video
 
     settings = settings_of(ctx)
+    backend = backend or settings.renderer
+    if backend == "musetalk" and not (recipe_options.get("vae") or settings.recipe.vae):
+        recipe_options["vae"] = "sd-vae-ft-mse"  # musetalk renders from VAE latents
     recipe = recipe_from(settings, **recipe_options)
     # 1. check everything that needs no work: names, audio, output path
     found = resolve_source(settings.personas, persona, attire, motion, video)
@@ -322,6 +325,10 @@ def render(
             f"audio {audio} is missing or empty; pass a WAV, MP3, M4A, FLAC or OGG file"
         )
     check_output(output)
+    if backend == "musetalk":
+        from pipeline.renderers.musetalk import check_weights
+
+        check_weights(settings.models, recipe.vae)
     options = found.options
     recipe = recipe.replace(
         **{k: options[k] for k in ("bbox_shift",) if k in options and recipe_options.get(k) is None}
@@ -353,7 +360,7 @@ def render(
             assets,
             audio,
             output,
-            backend=backend or settings.renderer,
+            backend=backend,
             loop=loop or options.get("loop") or settings.loop,
             fps=fps or options.get("fps"),
             models_dir=settings.models,

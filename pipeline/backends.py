@@ -139,7 +139,15 @@ def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:
         version = "0" if dist == "hotplate" else importlib.metadata.version(dist)
         return f"{kind}:{name}:{dist}=={version}"
     if kind == "vae":
-        return f"vae:{name}:" + path_identity(Path(models_dir or ".") / name)
+        folder = Path(models_dir or ".") / name
+        if not (folder / "config.json").is_file():
+            from pipeline.models import ModelMissingError
+
+            raise ModelMissingError(
+                f"VAE {name!r} not found: expected {folder}/config.json and its weights "
+                f"(diffusers save_pretrained layout); put them there or run `hotplate doctor`"
+            )
+        return f"vae:{name}:" + path_identity(folder)
     from pipeline.models import find_weights  # the one place that knows where weights may live
 
     paths = [

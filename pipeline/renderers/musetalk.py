@@ -67,7 +67,7 @@ def check_weights(models_dir: str | Path | None, vae: str = VAE_NAME) -> Path:
     if models_dir is None:
         raise ModelMissingError(
             f"the musetalk renderer needs a models dir holding {UNET_DIR}/, {vae}/ and "
-            f"{WHISPER_DIR}/; set one (--models-dir) and run `hotplate doctor`"
+            f"{WHISPER_DIR}/; set one (--models or HOTPLATE_MODELS) and run `hotplate doctor`"
         )
     models_dir = Path(models_dir).expanduser()
     missing = [
