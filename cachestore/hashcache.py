@@ -27,5 +27,15 @@ def file_digest(store: Store | None, path: str | os.PathLike) -> str:
             return cached["digest"]
     digest, st = hash_file(path)
     if store is not None and not store.readonly:
-        store.put("hashcache", key, {"v": HASH_VERSION, "stat": st.__dict__, "digest": digest})
+        remember(store, path, st, digest)
     return digest
+
+
+def remember(store: Store, path: str | os.PathLike, stat: FileStat, digest: str) -> None:
+    """Trust `digest` for the file at path while its stat stays `stat` (e.g. after a
+    rename inside the tree, where the bytes are known not to have changed)."""
+    store.put(
+        "hashcache",
+        str(Path(path).resolve()),
+        {"v": HASH_VERSION, "stat": dict(stat.__dict__), "digest": digest},
+    )

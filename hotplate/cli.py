@@ -135,7 +135,7 @@ def resolve(
     found = resolve_source(settings.personas, persona, attire, motion, video)
     present = (settings.cache / "data.mdb").exists() or settings.cache.is_file()
     store = open_cache(settings) if present else None
-    p = plan_for(store, found.path, settings.recipe)
+    p = plan_for(store, found.path, settings.recipe.for_persona(found.options))
     hot = store is not None and store.get_avatar(p.avatar) is not None
     click.echo(f"source   {found.path}  ({found.rule})")
     click.echo(f"digest   {p.source_digest}")
@@ -330,9 +330,8 @@ def render(
 
         check_weights(settings.models, recipe.vae)
     options = found.options
-    recipe = recipe.replace(
-        **{k: options[k] for k in ("bbox_shift",) if k in options and recipe_options.get(k) is None}
-    )
+    if recipe_options.get("bbox_shift") is None:  # an explicit flag beats persona.toml
+        recipe = recipe.for_persona(options, f"{found.persona}/persona.toml")
     # 2. hot, or just in time
     store = open_cache(settings)
     start = time.perf_counter()
@@ -377,14 +376,14 @@ def render(
 @click.pass_context
 def ls_cmd(ctx: click.Context) -> None:
     """List personas, attires and motions, hot or cold, with their size in the store."""
-    from pipeline.catalog import iter_sources, plan_for
+    from pipeline.catalog import iter_sources, plan_for, recipe_for
 
     settings = settings_of(ctx)
     present = (settings.cache / "data.mdb").exists() or settings.cache.is_file()
     store = open_cache(settings) if present else None
     rows = []
     for src in iter_sources(settings.personas):
-        p = plan_for(store, src.path, settings.recipe)
+        p = plan_for(store, src.path, recipe_for(settings.personas, src.persona, settings.recipe))
         avatar = store.get_avatar(p.avatar) if store else None
         size = sum(store.get_stage(k).nbytes for k in avatar["stages"].values()) if avatar else 0
         rows.append(
@@ -474,7 +473,7 @@ def gc(
     """Delete what no persona needs: unrooted, unused, unpinned entries."""
     from cachestore.compact import compact as compact_store
     from cachestore.gc import collect
-    from pipeline.catalog import iter_sources, plan_for
+    from pipeline.catalog import iter_sources, plan_for, recipe_for
 
     settings = settings_of(ctx)
     # a dry run writes nothing: read-only store, --pin keys only count as roots
@@ -484,7 +483,11 @@ def gc(
     roots = set(pin)
     for src in iter_sources(settings.personas):
         try:
-            roots.add(plan_for(store, src.path, settings.recipe).avatar)
+            roots.add(
+                plan_for(
+                    store, src.path, recipe_for(settings.personas, src.persona, settings.recipe)
+                ).avatar
+            )
         except OSError as exc:  # a file vanished mid-scan: it roots nothing
             click.echo(f"skipping {src.path}: {exc}", err=True)
     hours = settings.grace_hours if grace is None else grace

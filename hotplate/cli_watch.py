@@ -1,17 +1,247 @@
-"""`hotplate watch` and `hotplate sync` (placeholder until the watcher lands)."""
+"""`hotplate watch` (the daemon) and `hotplate sync` (the same work, once, for cron/CI).
+
+Only light modules are imported at the top: the daemon loop imports no model code,
+and the workers it spawns import the pipeline themselves.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import click
 
+from hotplate.output import table
+from hotplate.settings import Settings
+
+# Tests inject a job function ("module:function") the workers run instead of precompile.
+JOB_ENV = "HOTPLATE_WATCH_JOB"
+
+
+def _settings(ctx: click.Context, personas: Path | None) -> Settings:
+    settings = ctx.find_object(Settings)
+    if personas is not None:
+        settings.personas = personas
+    return settings
+
+
+def _config(settings: Settings, **options: object):
+    from watcher.daemon import Config
+    from watcher.worker import DEFAULT_JOB
+
+    return Config(
+        personas=settings.personas,
+        cache=settings.cache,
+        recipe=settings.recipe,
+        job=os.environ.get(JOB_ENV) or DEFAULT_JOB,
+        **options,
+    )
+
+
+personas_option = click.option(
+    "--personas",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Personas folder (same as the group's --personas).",
+)
+workers_option = click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes; each loads the models once and keeps them.",
+)
+retry_options = [
+    click.option(
+        "--retries",
+        type=click.IntRange(min=1),
+        default=3,
+        show_default=True,
+        help="Attempts per file before it is reported failed (until it changes).",
+    ),
+    click.option(
+        "--job-timeout",
+        type=click.FloatRange(min=0),
+        default=3600.0,
+        show_default=True,
+        help="Seconds before a precompile is killed and counted as a failure (0 = never).",
+    ),
+    click.option(
+        "--backoff",
+        type=click.FloatRange(min=0),
+        default=5.0,
+        show_default=True,
+        help="Seconds before the second attempt; doubles after each failure.",
+    ),
+]
+
+
+def with_retry_options(fn):
+    for option in reversed(retry_options):
+        fn = option(fn)
+    return fn
+
 
 @click.command()
-def watch() -> None:
-    """Watch the personas folder and precompile what arrives (not built yet)."""
-    raise click.ClickException("the watcher is not built yet")
+@personas_option
+@click.option(
+    "--settle",
+    type=click.FloatRange(min=0),
+    default=2.0,
+    show_default=True,
+    help="Seconds a file must be quiet (after it is closed, on Linux) before it is hashed.",
+)
+@click.option(
+    "--rescan",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    help="Minutes between full reconciles of the folder against the store (0 = at start only).",
+)
+@workers_option
+@click.option("--polling", is_flag=True, help="Poll size and mtime instead of inotify events.")
+@click.option("--json", "json_lines", is_flag=True, help="Log JSON lines instead of text.")
+@with_retry_options
+@click.pass_context
+def watch(
+    ctx: click.Context,
+    personas: Path | None,
+    settle: float,
+    rescan: float,
+    workers: int,
+    polling: bool,
+    json_lines: bool,
+    retries: int,
+    job_timeout: float,
+    backoff: float,
+) -> None:
+    """Watch the personas folder and precompile what arrives, until SIGTERM or Ctrl-C.
+
+    Files are hashed once they are closed and quiet; identical files precompile once;
+    the folder is reconciled against the store at start and every --rescan minutes.
+    One log line per decision on stdout. `hotplate status` shows the daemon's health.
+    """
+    from watcher.daemon import Daemon
+    from watcher.log import Log
+
+    settings = _settings(ctx, personas)
+    config = _config(
+        settings,
+        settle=settle,
+        rescan=rescan,
+        workers=workers,
+        polling=polling,
+        retries=retries,
+        backoff=backoff,
+        job_timeout=job_timeout,
+    )
+    Daemon(config, log=Log(json_lines)).run()
+
+
+class SyncProgress:
+    """The sync's log: a tqdm bar over jobs on stderr (when it is a terminal), and
+    failures printed as they happen."""
+
+    def __init__(self, verbose: bool) -> None:
+        self.verbose = verbose
+        self.bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=0, desc="sync", unit="file", file=sys.stderr, leave=False)
+        if verbose:
+            from watcher.log import Log
+
+            self.lines = Log(stream=sys.stderr)
+
+    def __call__(self, event: str, path: str = "", msg: str = "", **fields: object) -> None:
+        if self.verbose:
+            self.lines(event, path, msg, **fields)
+        if self.bar is None:
+            return
+        if event == "queued" and msg.startswith("job"):
+            self.bar.total += 1
+            self.bar.refresh()
+        elif event in ("job-done", "job-failed") and "job" in fields:
+            self.bar.update(1)
+        elif event == "job-start":
+            self.bar.set_postfix_str(path, refresh=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 @click.command()
-def sync() -> None:
-    """Precompile everything outstanding in the personas folder once (not built yet)."""
-    raise click.ClickException("sync is not built yet")
+@personas_option
+@workers_option
+@click.option(
+    "--retry-failed", is_flag=True, help="Also retry files that failed before though unchanged."
+)
+@click.option("-v", "--verbose", is_flag=True, help="Log every decision on stderr.")
+@with_retry_options
+@click.pass_context
+def sync(
+    ctx: click.Context,
+    personas: Path | None,
+    workers: int,
+    retry_failed: bool,
+    verbose: bool,
+    retries: int,
+    job_timeout: float,
+    backoff: float,
+) -> None:
+    """Precompile everything outstanding in the personas folder once, then exit.
+
+    For cron and CI: reconciles the folder against the store, precompiles what is new
+    or changed with the daemon's worker pool (models load once per worker), prints
+    what became hot, and exits 1 if anything failed.
+    """
+    from watcher.daemon import Daemon
+
+    settings = _settings(ctx, personas)
+    config = _config(
+        settings,
+        workers=workers,
+        once=True,
+        retry_failed=retry_failed,
+        retries=retries,
+        backoff=backoff,
+        job_timeout=job_timeout,
+        settle=1.0,
+    )
+    progress = SyncProgress(verbose)
+    try:
+        summary = Daemon(config, log=progress).run()
+    finally:
+        progress.close()
+    rows = [
+        (
+            r["persona"],
+            r["attire"],
+            r["motion"],
+            r["state"],
+            "-" if r["seconds"] is None else f"{r['seconds']:.1f} s",
+            rel,
+        )
+        for rel, r in sorted(summary.results.items())
+    ]
+    if rows:
+        table(("persona", "attire", "motion", "state", "time", "file"), rows)
+    failed = [
+        (rel, r["error"]) for rel, r in sorted(summary.results.items()) if r["state"] == "failed"
+    ]
+    for rel, error in failed:
+        click.echo(f"failed {rel}: {error}", err=True)
+    for rel, error in sorted(summary.failed_before.items()):
+        click.echo(
+            f"failed before, unchanged since (--retry-failed retries it) {rel}: {error}", err=True
+        )
+    hot = sum(r["state"] == "hot" for r in summary.results.values())
+    click.echo(
+        f"{hot} became hot, {len(failed)} failed, {summary.unchanged} already hot"
+        + (f", {len(summary.failed_before)} failed before" if summary.failed_before else "")
+        + f" in {settings.personas}"
+    )
+    if failed or summary.failed or summary.failed_before:
+        sys.exit(1)

@@ -8,7 +8,14 @@ from pathlib import Path
 
 from cachestore.hashcache import file_digest
 from cachestore.store import Store
-from pipeline.personas import DEFAULT, PersonaError, inside, list_personas, scan_persona
+from pipeline.personas import (
+    DEFAULT,
+    PersonaError,
+    inside,
+    list_personas,
+    read_options,
+    scan_persona,
+)
 from pipeline.plan import Plan, plan
 from pipeline.recipe import Recipe
 
@@ -53,3 +60,10 @@ def frame_codec() -> str:
 def plan_for(store: Store | None, path: Path, recipe: Recipe) -> Plan:
     """Hash the file (stat cache first) and plan its stage keys under recipe."""
     return plan(file_digest(store, path), recipe, {FRAME_CODEC_PARAM: frame_codec()})
+
+
+def recipe_for(root: Path, persona: str, recipe: Recipe) -> Recipe:
+    """recipe with the persona's persona.toml applied (what render and the watcher use)."""
+    return recipe.for_persona(
+        read_options(root, persona), str(Path(root) / persona / "persona.toml")
+    )

@@ -21,6 +21,7 @@ from cachestore.errors import MissingStageError
 from cachestore.hashcache import file_digest
 from cachestore.store import Store
 from pipeline.catalog import FRAME_CODEC_PARAM, frame_codec
+from pipeline.modelcache import kept
 from pipeline.parallel import ordered_map
 from pipeline.plan import Plan, plan
 from pipeline.recipe import Recipe
@@ -254,7 +255,12 @@ def track_stage(path: Path, recipe: Recipe, frames: FrameSource, progress: Progr
     from pipeline.detectors import load_detector
     from pipeline.tracking import track
 
-    detector = load_detector(recipe.detector, recipe.models_dir)
+    detector = kept(
+        "detector",
+        recipe.detector,
+        recipe.models_dir,
+        lambda: load_detector(recipe.detector, recipe.models_dir),
+    )
     n = len(frames)
     detected = 0
 
@@ -312,7 +318,13 @@ class PerFrameStages:
         for the crops stage, which is stored under its own key right after."""
         from pipeline.landmarks import load_landmarker
 
-        model = load_landmarker(self.recipe.landmarks, self.recipe.models_dir)
+        r = self.recipe
+        model = kept(
+            "landmarks",
+            r.landmarks,
+            r.models_dir,
+            lambda: load_landmarker(r.landmarks, r.models_dir),
+        )
         n = len(self.frames)
         out = np.zeros((n, 68, 2), np.float32)
         self._crops = self._empty_crops(n)
@@ -348,9 +360,10 @@ class PerFrameStages:
         n = len(self.frames)
         squares = np.zeros((n, 4), np.int32)
         masks = np.zeros((n, 256, 256), np.uint8)
+        r = self.recipe
         parser = (
-            load_face_parser(self.recipe.mask, self.recipe.models_dir)
-            if self.recipe.mask == "bisenet"
+            kept("mask", r.mask, r.models_dir, lambda: load_face_parser(r.mask, r.models_dir))
+            if r.mask == "bisenet"
             else None
         )
         for i in range(n):
@@ -370,7 +383,9 @@ class PerFrameStages:
 def latents_stage(recipe: Recipe, crops: np.ndarray, progress: Progress):
     from pipeline.latents import encode_latents, load_vae
 
-    vae, _ = load_vae(recipe.models_dir, recipe.vae)
+    vae, _ = kept(
+        "vae", recipe.vae, recipe.models_dir, lambda: load_vae(recipe.models_dir, recipe.vae)
+    )
     out = np.zeros((len(crops), 8, 32, 32), np.float16)
     step = 8
     for i in range(0, len(crops), step):

@@ -56,3 +56,15 @@ class Recipe:
 
     def replace(self, **changes: object) -> Recipe:
         return dataclasses.replace(self, **changes)
+
+    def for_persona(self, options: dict[str, object], source: str = "persona.toml") -> Recipe:
+        """This recipe with a persona.toml's overrides (bbox_shift), as render, the
+        watcher and gc all apply them, so they agree on the avatar key."""
+        if "bbox_shift" not in options:
+            return self
+        try:
+            return self.replace(bbox_shift=int(options["bbox_shift"]))
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{source}: bbox_shift={options['bbox_shift']!r} is not a whole number of pixels"
+            ) from None

@@ -1,0 +1,183 @@
+"""The watcher's latency and `hotplate sync`'s throughput. Run: python bench/bench_watcher.py
+
+1. latency: a still is copied into a watched folder; the time from the end of the copy
+   (the writer's close) to the daemon handing the precompile to a worker, as a multiple
+   of the settle time (goal <= 1.2x), for inotify and polling, several settle times.
+2. throughput: `hotplate sync` on a folder of 20 distinct stills and 3 loops, against
+   `hotplate precompile FILE` once per file in a fresh process (goal: sync faster, since
+   its worker loads the imports and models once).
+
+Media are synthetic 540x960 presenter frames (pipeline/synthetic.py); loops have 16
+frames. Prints; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline import synthetic  # noqa: E402
+from pipeline.recipe import Recipe  # noqa: E402
+
+SIZE = (540, 960)
+FRAMES = 16
+
+
+def make_media(folder: Path, stills: int, loops: int) -> list[Path]:
+    paths = []
+    for i in range(stills):
+        path = folder / f"p{i:02d}" / "portrait.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        synthetic.write_still(path, size=SIZE, seed=i)
+        paths.append(path)
+    for i in range(loops):
+        path = folder / f"p{i:02d}" / f"loop{i}.mp4"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        synthetic.write_loop_video(path, n_frames=FRAMES, size=SIZE, seed=100 + i)
+        paths.append(path)
+    return paths
+
+
+# -- 1. latency ---------------------------------------------------------------------------
+
+
+def latency(
+    settle: float, polling: bool, copies: int, staging: list[Path], work: Path
+) -> list[float]:
+    from cachestore.store import forget_store
+    from watcher.daemon import Config, Daemon
+
+    personas, cache = work / "personas", work / "store"
+    shutil.rmtree(work, ignore_errors=True)
+    (personas / "ann").mkdir(parents=True)
+    starts: dict[str, float] = {}
+
+    def log(event: str, path: str = "", msg: str = "", **fields: object) -> None:
+        if event == "job-start":
+            starts[path] = time.time()
+
+    daemon = Daemon(
+        Config(
+            personas,
+            cache,
+            recipe=Recipe(max_frames=FRAMES),
+            settle=settle,
+            polling=polling,
+            poll_interval=0.1,
+        ),
+        log=log,
+    )
+    thread = threading.Thread(target=daemon.run, daemon=True)
+    thread.start()
+    time.sleep(2.0)  # the worker has spawned and imported
+    ratios = []
+    try:
+        for i in range(copies):
+            rel = f"ann/attire{i}.png"
+            shutil.copyfile(staging[i], personas / rel)
+            copied = time.time()
+            deadline = time.monotonic() + 30 + settle
+            while rel not in starts and time.monotonic() < deadline:
+                time.sleep(0.005)
+            if rel in starts:
+                ratios.append((starts[rel] - copied) / settle)
+            while daemon.jobs.jobs and time.monotonic() < deadline:  # let the job finish
+                time.sleep(0.01)
+    finally:
+        daemon.stop()
+        thread.join(timeout=30)
+        forget_store(cache)
+    return ratios
+
+
+# -- 2. throughput ------------------------------------------------------------------------
+
+
+def cli(*args: str, env: dict[str, str]) -> tuple[float, str]:
+    """(seconds, last line of stdout) of one hotplate command in a fresh process."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "hotplate.cli", *args],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    lines = done.stdout.strip().splitlines()
+    return time.perf_counter() - start, lines[-1] if lines else ""
+
+
+def throughput(work: Path, stills: int, loops: int, workers: list[int]) -> None:
+    personas = work / "personas"
+    shutil.rmtree(work, ignore_errors=True)
+    made = time.perf_counter()
+    paths = make_media(personas, stills, loops)
+    made = time.perf_counter() - made
+    env = {**os.environ, "HOTPLATE_MAX_FRAMES": str(FRAMES)}
+    print(
+        f"\n2. throughput: {stills} stills + {loops} loops of {FRAMES} frames, "
+        f"{SIZE[0]}x{SIZE[1]} (made in {made:.1f} s)"
+    )
+    per_file = [cli("--cache", str(work / "each"), "precompile", str(p), env=env)[0] for p in paths]
+    each = sum(per_file)
+    print(
+        f"   precompile, a fresh process per file  {each:7.1f} s  ({statistics.median(per_file):.2f} s median per file)"
+    )
+    for n in workers:
+        cache = work / f"sync{n}"
+        took, said = cli(
+            "--personas", str(personas), "--cache", str(cache), "sync", "--workers", str(n), env=env
+        )
+        again, _ = cli("--personas", str(personas), "--cache", str(cache), "sync", env=env)
+        print(
+            f"   hotplate sync --workers {n}             {took:7.1f} s  ({each / took:.2f}x faster; "
+            f"a second sync, all hot: {again:.2f} s)"
+        )
+        print(f"      {said}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--copies", type=int, default=5, help="copies per latency setting")
+    parser.add_argument("--stills", type=int, default=20)
+    parser.add_argument("--loops", type=int, default=3)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    args = parser.parse_args()
+    print(f"cpus {os.cpu_count()}, python {sys.version.split()[0]}")
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-watcher-") as tmp:
+        tmp = Path(tmp)
+        # distinct content per copy: a copy of bytes that are hot already starts no job
+        staging = make_media(tmp / "staging", args.copies, 0)
+        print("\n1. latency: end of copy -> precompile handed to a worker, as a multiple of settle")
+        print("   mode      settle   median    max   (goal <= 1.2x)")
+        for polling in (False, True):
+            for settle in (0.5, 1.0, 2.0):
+                ratios = latency(settle, polling, args.copies, staging, tmp / "lat")
+                mode = "polling" if polling else "inotify"
+                if not ratios:
+                    print(f"   {mode:<8} {settle:5.1f} s   no job started")
+                    continue
+                print(
+                    f"   {mode:<8} {settle:5.1f} s   {statistics.median(ratios):5.2f}x  "
+                    f"{max(ratios):5.2f}x"
+                )
+        print(f"   ({time.perf_counter() - began:.0f} s so far)")
+        throughput(tmp / "tp", args.stills, args.loops, args.workers)
+    print(f"\nbench took {time.perf_counter() - began:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""The worker process: runs precompile jobs one at a time, for as long as it lives.
+
+Started with the spawn method (never fork: LMDB and torch must be opened fresh), it
+opens the store once, keeps the models the pipeline loads (pipeline/modelcache.py), and
+answers each job on its pipe:
+
+    parent -> worker   (job_id, path, recipe, stat)   or None to exit
+    worker -> parent   ("ready", pid) once, then per job
+                       ("ok", job_id, result) | ("changed", job_id, why) | ("error", job_id, why)
+                       ("fatal", 0, why) when the job function cannot be loaded
+
+A crash or a native abort kills only this process; the parent sees the pipe close and
+the process sentinel fire, records the failure and starts another worker.
+
+The job function is `module:function` (default `watcher.worker:precompile_job`) so tests
+can inject one that raises or dies; it is called as fn(path, recipe, store) and
+returns a dict with at least "digest" (the bytes it processed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cachestore.keys import FileChangedError, FileStat
+
+DEFAULT_JOB = "watcher.worker:precompile_job"
+JobFn = Callable[..., dict]
+
+
+def precompile_job(path: Path, recipe: Any, store: Any) -> dict:
+    """The real job: pipeline.precompile.precompile on one source file."""
+    from pipeline.precompile import precompile
+
+    report = precompile(path, recipe, store)
+    return {
+        "digest": report.digest,
+        "avatar": report.avatar,
+        "hit": report.hit,
+        "stages": [(s.name, s.hit, round(s.seconds, 3)) for s in report.stages],
+        "frames": report.counts.get("frames"),
+    }
+
+
+def load_job(spec: str) -> JobFn:
+    """The callable named by "module:function"; raises ValueError naming the spec."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError(f"job={spec!r} must look like package.module:function")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(
+            f"job={spec!r} cannot be loaded ({exc}); check HOTPLATE_WATCH_JOB"
+        ) from exc
+
+
+# -- the process ------------------------------------------------------------------------
+
+
+def die_with_parent() -> None:
+    """Linux: get SIGKILL when the daemon dies (kill -9 included), so no orphan keeps
+    precompiling into the store. Elsewhere the closed pipe ends the worker after its job."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def worker_main(conn: Any, cache: str, job_spec: str, parent: int) -> None:
+    """Entry point of a spawned worker."""
+    die_with_parent()
+    if os.getppid() != parent:  # the daemon died before prctl took effect
+        return
+    # Ctrl-C reaches the whole process group; the daemon decides what stops, not us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        job = load_job(job_spec)
+    except Exception as exc:
+        conn.send(("fatal", 0, f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", os.getpid()))
+    store = None
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        job_id, path, recipe, stat = msg
+        if store is None:
+            from cachestore.store import open_store
+
+            store = open_store(cache)
+        conn.send(run_one(job, job_id, Path(path), recipe, store, stat))
+
+
+def run_one(job: JobFn, job_id: int, path: Path, recipe: Any, store: Any, stat: dict) -> tuple:
+    """One job, its outcome as a message. The file must be the same before and after."""
+    start = time.perf_counter()
+    try:
+        result = dict(job(path, recipe, store) or {})
+        now = FileStat.of(os.stat(path))
+    except FileChangedError as exc:
+        return ("changed", job_id, str(exc))
+    except FileNotFoundError as exc:
+        if not path.exists():
+            return ("changed", job_id, f"{path} vanished during the job")
+        return ("error", job_id, _one_line(exc))
+    except Exception as exc:
+        return ("error", job_id, _one_line(exc))
+    if now != FileStat(**stat):
+        return ("changed", job_id, f"{path} changed during the job")
+    result["seconds"] = time.perf_counter() - start
+    return ("ok", job_id, result)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or repr(exc)
+    return f"{type(exc).__name__}: {text}"[:500]
