@@ -112,17 +112,32 @@ def _register_daemon_commands() -> None:
     cli.add_command(sync)
 
 
+def source_options(fn):
+    """--persona/--attire/--motion/--video, shared by resolve and render."""
+    options = [
+        click.option("--persona", required=True, help="Persona folder name, e.g. ruby."),
+        click.option(
+            "--attire",
+            default="default",
+            show_default=True,
+            help="Attire name; 'default' is the portrait.",
+        ),
+        click.option(
+            "--motion", help="Motion loop name, e.g. M1 (default: first in sorted order)."
+        ),
+        click.option(
+            "--video",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="Use this video instead of the personas folder.",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 @cli.command()
-@click.option("--persona", required=True, help="Persona folder name, e.g. ruby.")
-@click.option(
-    "--attire", default="default", show_default=True, help="Attire name; 'default' is the portrait."
-)
-@click.option("--motion", help="Motion loop name, e.g. M1 (default: first in sorted order).")
-@click.option(
-    "--video",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Use this video instead of the personas folder.",
-)
+@source_options
 @click.pass_context
 def resolve(
     ctx: click.Context, persona: str, attire: str, motion: str | None, video: Path | None
@@ -252,16 +267,7 @@ def precompile(
 
 
 @cli.command()
-@click.option("--persona", required=True, help="Persona folder name, e.g. ruby.")
-@click.option(
-    "--attire", default="default", show_default=True, help="Attire name; 'default' is the portrait."
-)
-@click.option("--motion", help="Motion loop name (default: first in sorted order).")
-@click.option(
-    "--video",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Render over this video instead of the personas folder.",
-)
+@source_options
 @click.option(
     "--audio",
     required=True,
