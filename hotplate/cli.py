@@ -312,6 +312,7 @@ def render(
     **recipe_options: object,
 ) -> None:
     """Render a lip-synced MP4 from hot assets; a cold avatar is precompiled first."""
+    started = time.perf_counter()
     from hotplate.progress import StageBars
     from pipeline.catalog import plan_for
     from pipeline.hot import load_assets
@@ -360,6 +361,7 @@ def render(
     # 3. render from the store alone
     assets = load_assets(store, planned_key)
     bars = StageBars()
+    render_called = time.perf_counter()
     try:
         result = render_video(
             assets,
@@ -373,8 +375,10 @@ def render(
         )
     finally:
         bars.close()
+    first = render_called - started + result.first_frame_seconds
     click.echo(
-        f"{jit}; {result.frames} frames at {result.render_fps:.1f} fps; wrote {result.out_path}"
+        f"{jit}; first frame after {first:.2f} s; {result.frames} frames at {result.render_fps:.1f} fps; "
+        f"wrote {result.out_path}"
     )
 
 
