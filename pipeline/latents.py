@@ -46,7 +46,8 @@ def load_vae(models_dir: Path | str | None, name: str) -> tuple[Any, str]:
     import torch
     from diffusers import AutoencoderKL
 
-    vae = AutoencoderKL.from_pretrained(directory, local_files_only=True)
+    # low_cpu_mem_usage=False: the fast path needs `accelerate`, and asks for it loudly
+    vae = AutoencoderKL.from_pretrained(directory, local_files_only=True, low_cpu_mem_usage=False)
     if torch.cuda.is_available():
         vae = vae.to("cuda", dtype=torch.float16)
     vae.eval()
