@@ -215,6 +215,22 @@ def recipe_from(settings: Settings, **given: object):
     return recipe
 
 
+def persona_recipe(settings: Settings, path: Path, recipe, given: dict):
+    """recipe with persona.toml applied when path lies in a persona's folder (as render and
+    the watcher do), unless --bbox-shift was given."""
+    from pipeline.catalog import recipe_for
+
+    root = settings.personas.resolve()
+    real = path.resolve()
+    if (
+        given.get("bbox_shift") is not None
+        or not real.is_relative_to(root)
+        or len(real.relative_to(root).parts) < 2
+    ):
+        return recipe
+    return recipe_for(root, real.relative_to(root).parts[0], recipe)
+
+
 def summary_table(report) -> None:
     from hotplate.output import human_bytes
 
@@ -251,7 +267,13 @@ def precompile(
     for path in paths:
         bars = StageBars(prefix=f"{path.name} ")
         try:
-            report = run_precompile(path, recipe, store, force=force, progress=bars)
+            report = run_precompile(
+                path,
+                persona_recipe(settings, path, recipe, recipe_options),
+                store,
+                force=force,
+                progress=bars,
+            )
         except USER_ERRORS as exc:
             if ctx.meta.get("hotplate.debug") or len(paths) == 1:
                 raise
@@ -358,6 +380,7 @@ def render(
         planned_key = report.avatar
     else:
         jit, planned_key = "cache hit", planned.avatar
+        store.count("hits")
     # 3. render from the store alone
     assets = load_assets(store, planned_key)
     bars = StageBars()
@@ -432,7 +455,13 @@ def status(ctx: click.Context) -> None:
             ("db", "entries", "bytes"),
             [(db, stats.entries[db], human_bytes(stats.bytes[db])) for db in stats.entries],
         )
-        counters = ", ".join(f"{k} {v}" for k, v in sorted(stats.counters.items())) or "none"
+        counters = (
+            ", ".join(
+                f"{k} {human_bytes(v) if k.startswith('bytes') else v}"
+                for k, v in sorted(stats.counters.items())
+            )
+            or "none"
+        )
         click.echo(f"counters {counters}")
         if stats.last_gc:
             g = stats.last_gc
