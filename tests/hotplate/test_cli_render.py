@@ -169,3 +169,36 @@ def test_empty_or_garbage_audio(world):
         )
         assert result.returncode == 1 and name in result.stderr and "Traceback" not in result.stderr
         assert not (world / "a.mp4").exists()
+
+
+@pytest.mark.slow
+def test_musetalk_backend_end_to_end_through_the_cli(world, tmp_path):
+    """--backend musetalk: weights checked first, JIT precompile adds VAE latents, valid MP4."""
+    from tests.pipeline.render_fixtures import save_tiny_musetalk_models
+
+    models = tmp_path / "models"
+    missing = hotplate(
+        world,
+        "--models",
+        str(models),
+        *render_args(world, world / "mt.mp4", "--backend", "musetalk"),
+    )
+    assert (
+        missing.returncode == 1
+        and "hotplate doctor" in missing.stderr
+        and "whisper-tiny" in missing.stderr
+    )
+
+    save_tiny_musetalk_models(models)
+    result = hotplate(
+        world,
+        "--models",
+        str(models),
+        *render_args(world, world / "mt.mp4", "--backend", "musetalk"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "JIT precompile" in result.stdout
+    with av.open(str(world / "mt.mp4")) as c:
+        video = c.streams.video[0]
+        assert (video.codec_context.width, video.codec_context.height) == SIZE
+        assert sum(1 for _ in c.decode(video=0)) == 50  # 2 s at 25 fps
