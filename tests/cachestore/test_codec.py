@@ -6,11 +6,18 @@ from hypothesis.extra import numpy as hnp
 
 from cachestore import codec
 
-DTYPES = st.sampled_from(["u1", "i1", "<u2", ">i2", "<i4", ">u4", "<i8", "<f2", "<f4", ">f8", "?", "<c8", "S3", "<U2"])
+DTYPES = st.sampled_from(
+    ["u1", "i1", "<u2", ">i2", "<i4", ">u4", "<i8", "<f2", "<f4", ">f8", "?", "<c8", "S3", "<U2"]
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(hnp.arrays(dtype=DTYPES.map(np.dtype), shape=hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=6)))
+@given(
+    hnp.arrays(
+        dtype=DTYPES.map(np.dtype),
+        shape=hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=6),
+    )
+)
 def test_round_trip_is_bit_exact(array):
     header, back = codec.decode(codec.encode(array))
     assert back.dtype == array.dtype and back.shape == array.shape
@@ -37,7 +44,9 @@ def test_checksum_mismatch_detected():
     codec.decode(bytes(value), verify=False)  # still parseable when asked not to verify
 
 
-@pytest.mark.parametrize("bad", [b"", b"HPA1", b"XXXX\x00\x00\x00\x00", codec.encode(np.arange(10))[:-3]])
+@pytest.mark.parametrize(
+    "bad", [b"", b"HPA1", b"XXXX\x00\x00\x00\x00", codec.encode(np.arange(10))[:-3]]
+)
 def test_foreign_or_truncated_values_rejected(bad):
     with pytest.raises(codec.CodecError):
         codec.decode(bad)

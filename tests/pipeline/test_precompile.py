@@ -31,7 +31,9 @@ def store(tmp_path):
 
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory):
-    return write_loop_video(tmp_path_factory.mktemp("media") / "loop.mp4", n_frames=12, size=SMALL, motion="gentle")
+    return write_loop_video(
+        tmp_path_factory.mktemp("media") / "loop.mp4", n_frames=12, size=SMALL, motion="gentle"
+    )
 
 
 def manifests(store):
@@ -64,7 +66,12 @@ def test_mask_parameter_recomputes_only_masks(store, loop):
 
 def test_track_parameter_recomputes_from_track_down(store, loop):
     precompile(loop, Recipe(), store)
-    assert misses(precompile(loop, Recipe(stride=2), store)) == ["track", "landmarks", "crops", "masks"]
+    assert misses(precompile(loop, Recipe(stride=2), store)) == [
+        "track",
+        "landmarks",
+        "crops",
+        "masks",
+    ]
     assert misses(precompile(loop, Recipe(bbox_shift=6), store)) == ["crops", "masks"]
 
 
@@ -77,7 +84,10 @@ def test_detector_change_moves_every_key_from_track_down(tmp_path, loop):
     assert a.stages["decode"] == b.stages["decode"]
     assert all(a.stages[s] != b.stages[s] for s in ("track", "landmarks", "crops", "masks"))
     (models / "s3fd-619a316812.pth").write_bytes(b"weights-b")  # a retrained model is a new key
-    assert plan_for(None, loop, Recipe(detector="s3fd", models_dir=models)).stages["track"] != b.stages["track"]
+    assert (
+        plan_for(None, loop, Recipe(detector="s3fd", models_dir=models)).stages["track"]
+        != b.stages["track"]
+    )
 
 
 def test_identical_file_under_another_name_reuses_everything(store, loop, tmp_path):
@@ -90,11 +100,21 @@ def test_identical_file_under_another_name_reuses_everything(store, loop, tmp_pa
 
 def test_force_recomputes(store, loop):
     precompile(loop, Recipe(), store)
-    assert misses(precompile(loop, Recipe(), store, force=True)) == ["decode", "track", "landmarks", "crops", "masks"]
+    assert misses(precompile(loop, Recipe(), store, force=True)) == [
+        "decode",
+        "track",
+        "landmarks",
+        "crops",
+        "masks",
+    ]
 
 
 def test_stills_4k_landscape_and_one_frame_video(store, tmp_path):
-    for name, size in (("portrait.png", (1080, 1920)), ("uhd.jpg", (2160, 3840)), ("landscape.png", (1920, 1080))):
+    for name, size in (
+        ("portrait.png", (1080, 1920)),
+        ("uhd.jpg", (2160, 3840)),
+        ("landscape.png", (1920, 1080)),
+    ):
         truth = write_still(tmp_path / name, size=size)
         report = precompile(tmp_path / name, Recipe(), store)
         boxes = store.load_arrays(report.stages[1].key)["boxes"]
@@ -156,7 +176,9 @@ def test_face_in_only_some_frames_is_healed(store, tmp_path):
 
 
 def test_missing_weights_name_the_file_and_doctor(store, tmp_path, loop):
-    with pytest.raises(ModelMissingError, match=r"s3fd-619a316812\.pth.*hotplate doctor|hotplate doctor.*s3fd"):
+    with pytest.raises(
+        ModelMissingError, match=r"s3fd-619a316812\.pth.*hotplate doctor|hotplate doctor.*s3fd"
+    ):
         precompile(loop, Recipe(detector="s3fd", models_dir=tmp_path / "empty-models"), store)
     assert manifests(store) == 0
 
@@ -164,7 +186,9 @@ def test_missing_weights_name_the_file_and_doctor(store, tmp_path, loop):
 @pytest.mark.slow
 def test_ten_minute_video_memory_is_bounded(tmp_path):
     """600 s at 25 fps: decode stops at max_frames and streams, so memory stays flat."""
-    video = write_loop_video(tmp_path / "long.mp4", fps=25, n_frames=15000, size=(180, 320), preset="ultrafast")
+    video = write_loop_video(
+        tmp_path / "long.mp4", fps=25, n_frames=15000, size=(180, 320), preset="ultrafast"
+    )
     script = (
         "import resource, sys; from pathlib import Path\n"
         "from cachestore.store import open_store; from pipeline.precompile import precompile; from pipeline.recipe import Recipe\n"
@@ -172,7 +196,9 @@ def test_ten_minute_video_memory_is_bounded(tmp_path):
         f"r = precompile(Path({str(video)!r}), Recipe(max_frames=250), open_store({str(tmp_path / 's')!r}))\n"
         "print(r.counts['frames'], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split()
     frames, grown_kib = int(out[0]), int(out[1])
     assert frames == 250
     assert grown_kib < 600 * 1024, f"peak RSS grew {grown_kib} KiB"
