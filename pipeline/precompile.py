@@ -128,7 +128,7 @@ def _build(
     track = run.stage("track", lambda: track_stage(path, recipe, frames, progress))
     boxes = store.load_arrays(track.key)["boxes"]
     # 4-6. landmarks, crops and masks share one pass over the full frames
-    per_frame = PerFrameStages(recipe, run, frames, boxes, progress)
+    per_frame = PerFrameStages(recipe, frames, boxes, progress)
     lm = run.stage("landmarks", per_frame.landmarks)
     crops = run.stage("crops", lambda: per_frame.crops(store.load_arrays(lm.key)["landmarks"]))
     run.stage(
@@ -168,7 +168,6 @@ class StageRunner:
 
     def __init__(self, store: Store, keys: Plan, report: PrecompileReport, force: bool) -> None:
         self.store, self.keys, self.report, self.force = store, keys, report, force
-        self._forced: set[str] = set()
 
     def stage(self, name: str, compute: Callable[[], tuple[dict[str, np.ndarray], dict[str, Any]]]):
         key = self.keys.stages[name]
@@ -305,7 +304,6 @@ class PerFrameStages:
     def __init__(
         self,
         recipe: Recipe,
-        run: StageRunner,
         frames: FrameSource,
         boxes: np.ndarray,
         progress: Progress,
