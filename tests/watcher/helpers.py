@@ -202,3 +202,24 @@ def source_table(cache: Path, personas: Path) -> dict[str, dict]:
     from watcher.sources import load_rows
 
     return load_rows(open_store(cache), personas)
+
+
+def cli(personas: Path, cache: Path, *args: str, env: dict | None = None):
+    """Run `hotplate --personas P --cache C ARGS...` in a fresh process (small max_frames)."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hotplate.cli",
+            "--personas",
+            str(personas),
+            "--cache",
+            str(cache),
+            *args,
+        ],
+        cwd=ROOT,
+        env={**os.environ, "HOTPLATE_MAX_FRAMES": "8", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )

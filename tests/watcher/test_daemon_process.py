@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -12,7 +10,14 @@ import pytest
 
 from cachestore.store import open_store
 from cachestore.verify import verify
-from tests.watcher.helpers import ROOT, TEST_JOB, DaemonProcess, source_table, wait_for, write_loop
+from tests.watcher.helpers import (
+    TEST_JOB,
+    DaemonProcess,
+    cli,
+    source_table,
+    wait_for,
+    write_loop,
+)
 from watcher.health import describe
 from watcher.sources import HOT, QUEUED, RUNNING
 
@@ -105,23 +110,7 @@ def test_a_second_daemon_refuses_and_names_the_first(personas, cache, joblog):
     first = DaemonProcess(personas, cache, env=env).start()
     try:
         for command in (["watch"], ["sync"]):
-            second = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "hotplate.cli",
-                    "--personas",
-                    str(personas),
-                    "--cache",
-                    str(cache),
-                    *command,
-                ],
-                cwd=ROOT,
-                env=first.env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            second = cli(personas, cache, *command, env=first.env)
             assert second.returncode == 1
             assert f"pid {first.proc.pid}" in second.stderr and str(personas) in second.stderr
         assert "running, pid" in describe(cache)[0]

@@ -4,42 +4,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cachestore.store import forget_store, open_store
 from tests.watcher.helpers import (
-    ROOT,
     TEST_JOB,
     ThreadDaemon,
+    cli,
     source_table,
     write_loop,
     write_still,
 )
 from watcher.health import describe
-
-
-def cli(personas: Path, cache: Path, *args: str, env: dict | None = None):
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hotplate.cli",
-            "--personas",
-            str(personas),
-            "--cache",
-            str(cache),
-            *args,
-        ],
-        cwd=ROOT,
-        env={**os.environ, "HOTPLATE_MAX_FRAMES": "8", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.mark.slow
