@@ -11,10 +11,11 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import xxhash
+
+from pipeline.models import file_identity, find_weights, vae_files
 
 
 @dataclass(frozen=True)
@@ -110,52 +111,24 @@ def package_present(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-@lru_cache(maxsize=64)
-def _digest(path: Path, size: int, mtime_ns: int) -> str:
-    hasher = xxhash.xxh3_128()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(8 << 20):
-            hasher.update(chunk)
-    return hasher.hexdigest()
-
-
-def path_identity(path: Path) -> str:
-    """Digest of a weights file (its name does not count), or of a weights directory."""
-    path = Path(path)
-    if not path.is_dir():
-        return _digest(path, path.stat().st_size, path.stat().st_mtime_ns)
-    files = sorted(p for p in path.rglob("*") if p.is_file())
-    parts = [
-        f"{p.relative_to(path)}:{_digest(p, p.stat().st_size, p.stat().st_mtime_ns)}" for p in files
-    ]
-    return xxhash.xxh3_128_hexdigest("|".join(parts).encode())
-
-
 def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:
     """A string that changes exactly when the backend's model changes."""
+    if kind == "vae":  # any directory name under the models dir, not a fixed backend name
+        return f"vae:{name}:" + files_digest(vae_files(models_dir, name))
     backend = find_backend(kind, name)
     if not backend.weights:
         dist = backend.embedded_in
         version = "0" if dist == "hotplate" else importlib.metadata.version(dist)
         return f"{kind}:{name}:{dist}=={version}"
-    if kind == "vae":
-        folder = Path(models_dir or ".") / name
-        if not (folder / "config.json").is_file():
-            from pipeline.models import ModelMissingError
-
-            raise ModelMissingError(
-                f"VAE {name!r} not found: expected {folder}/config.json and its weights "
-                f"(diffusers save_pretrained layout); put them there or run `hotplate doctor`"
-            )
-        return f"vae:{name}:" + path_identity(folder)
-    from pipeline.models import find_weights  # the one place that knows where weights may live
-
     paths = [
         find_weights(models_dir, list(alts), f"{name} {kind} weights") for alts in backend.weights
     ]
-    return f"{kind}:{name}:" + xxhash.xxh3_128_hexdigest(
-        "|".join(path_identity(p) for p in paths).encode()
-    )
+    return f"{kind}:{name}:" + files_digest(paths)
+
+
+def files_digest(paths: list[Path] | tuple[Path, ...]) -> str:
+    """One digest over the bytes of several files (their names do not count)."""
+    return xxhash.xxh3_128_hexdigest("|".join(file_identity(p) for p in paths).encode())
 
 
 def weight_names(kind: str, name: str) -> list[str]:

@@ -19,8 +19,6 @@ from pipeline.personas import (
 from pipeline.plan import Plan, plan
 from pipeline.recipe import Recipe
 
-FRAME_CODEC_PARAM = "frame_codec"
-
 
 @dataclass(frozen=True)
 class Source:
@@ -51,15 +49,9 @@ def iter_sources(root: Path) -> Iterator[Source]:
                 yield Source(name, attire, motion, path, kind)
 
 
-def frame_codec() -> str:
-    from pipeline.media import FRAME_CODEC  # light: media keeps cv2/av imports inside functions
-
-    return FRAME_CODEC
-
-
 def plan_for(store: Store | None, path: Path, recipe: Recipe) -> Plan:
     """Hash the file (stat cache first) and plan its stage keys under recipe."""
-    return plan(file_digest(store, path), recipe, {FRAME_CODEC_PARAM: frame_codec()})
+    return plan(file_digest(store, path), recipe)
 
 
 def recipe_for(root: Path, persona: str, recipe: Recipe) -> Recipe:

@@ -11,50 +11,31 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xxhash
 
-from pipeline.models import ModelMissingError, file_identity
-
-VAE_CONFIG = "config.json"
-VAE_WEIGHTS = ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")
+from pipeline.backends import files_digest
+from pipeline.models import vae_files
 
 
 def load_vae(models_dir: Path | str | None, name: str) -> tuple[Any, str]:
     """(AutoencoderKL in eval mode, identity) from `models_dir/name`.
 
     The VAE runs in float16 on CUDA when there is one, float32 on the CPU. The
-    identity is an xxh3-128 over the config and the weights file that diffusers
-    loads (safetensors before .bin). Raises ModelMissingError when the directory or
-    its files are missing, ValueError for a name that is not a plain directory name.
+    identity is the digest of its config and weights that `backend_identity` (the stage
+    keys) uses too.
+    Raises what `vae_files` raises.
     """
-    if not name or Path(name).is_absolute() or ".." in Path(name).parts:
-        raise ValueError(f"vae={name!r} must be the name of a directory under the models dir")
-    if models_dir is None:
-        raise ModelMissingError(
-            f"VAE {name!r} needs a models dir holding {name}/{VAE_CONFIG} and "
-            f"{name}/{VAE_WEIGHTS[0]}; set one and run `hotplate doctor`"
-        )
-    directory = Path(models_dir).expanduser() / name
-    config = directory / VAE_CONFIG
-    weights = next((directory / w for w in VAE_WEIGHTS if (directory / w).is_file()), None)
-    if not config.is_file() or weights is None:
-        raise ModelMissingError(
-            f"VAE {name!r}: {directory} must hold {VAE_CONFIG} and {VAE_WEIGHTS[0]} "
-            f"(or {VAE_WEIGHTS[1]}); copy the VAE there (e.g. stabilityai/sd-vae-ft-mse) "
-            "and run `hotplate doctor`"
-        )
+    files = vae_files(models_dir, name)
     import torch
     from diffusers import AutoencoderKL
 
     # low_cpu_mem_usage=False: the fast path needs `accelerate`, and asks for it loudly
-    vae = AutoencoderKL.from_pretrained(directory, local_files_only=True, low_cpu_mem_usage=False)
+    vae = AutoencoderKL.from_pretrained(
+        files[0].parent, local_files_only=True, low_cpu_mem_usage=False
+    )
     if torch.cuda.is_available():
         vae = vae.to("cuda", dtype=torch.float16)
     vae.eval()
-    identity = xxhash.xxh3_128(
-        f"{file_identity(config)}:{weights.name}:{file_identity(weights)}".encode()
-    ).hexdigest()
-    return vae, identity
+    return vae, files_digest(files)
 
 
 def encode_latents(vae: Any, crops: np.ndarray, batch: int = 8) -> np.ndarray:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 HUB_CHECKPOINTS = Path("~/.cache/torch/hub/checkpoints")
 _READ = 8 << 20  # 8 MiB reads: disk-bound, not hash-bound
+VAE_CONFIG = "config.json"
+VAE_WEIGHTS = ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")
 
 _identity_cache: dict[tuple[str, int, int], str] = {}
 _identity_lock = threading.Lock()
@@ -64,3 +66,28 @@ def file_identity(path: str | Path) -> str:
     with _identity_lock:
         _identity_cache[key] = value
     return value
+
+
+def vae_files(models_dir: Path | str | None, name: str) -> tuple[Path, Path]:
+    """(config, weights) of the VAE directory `models_dir/name`, checked, never loaded.
+
+    Raises ModelMissingError when the directory or its files are missing, ValueError
+    for a name that is not a plain directory name.
+    """
+    if not name or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise ValueError(f"vae={name!r} must be the name of a directory under the models dir")
+    if models_dir is None:
+        raise ModelMissingError(
+            f"VAE {name!r} needs a models dir holding {name}/{VAE_CONFIG} and "
+            f"{name}/{VAE_WEIGHTS[0]}; set one and run `hotplate doctor`"
+        )
+    directory = Path(models_dir).expanduser() / name
+    config = directory / VAE_CONFIG
+    weights = next((directory / w for w in VAE_WEIGHTS if (directory / w).is_file()), None)
+    if not config.is_file() or weights is None:
+        raise ModelMissingError(
+            f"VAE {name!r}: {directory} must hold {VAE_CONFIG} and {VAE_WEIGHTS[0]} "
+            f"(or {VAE_WEIGHTS[1]}); copy the VAE there (e.g. stabilityai/sd-vae-ft-mse) "
+            "and run `hotplate doctor`"
+        )
+    return config, weights

@@ -35,19 +35,21 @@ def stage_names(recipe: Recipe) -> list[str]:
     return [s for s in STAGES if s != "latents" or recipe.vae]
 
 
-def plan(source_digest: str, recipe: Recipe, extra: dict[str, str] | None = None) -> Plan:
+def plan(source_digest: str, recipe: Recipe) -> Plan:
     """Every stage key for one source under one recipe.
 
-    `extra` carries stage-independent facts that change output (the frame codec),
-    merged into the decode stage's params. Raises ModelMissingError when a configured
-    backend's weights are absent, since its identity cannot be known.
+    The decode stage's key also carries the frame codec, which changes what it stores.
+    Raises ModelMissingError when a configured backend's weights are absent, since its
+    identity cannot be known.
     """
+    from pipeline.media import FRAME_CODEC  # light: media imports cv2/av inside functions
+
     keys: dict[str, str] = {}
     for name in stage_names(recipe):
         version, fields, upstream, kind = STAGES[name]
         params = {f: getattr(recipe, f) for f in fields}
         if name == "decode":
-            params.update(extra or {})
+            params["frame_codec"] = FRAME_CODEC
         model = ""
         if kind:
             backend = getattr(recipe, BACKEND_FIELD[kind])

@@ -20,7 +20,6 @@ import numpy as np
 from cachestore.errors import MissingStageError
 from cachestore.hashcache import file_digest
 from cachestore.store import Store
-from pipeline.catalog import FRAME_CODEC_PARAM, frame_codec
 from pipeline.modelcache import kept
 from pipeline.parallel import ordered_map
 from pipeline.plan import Plan, plan
@@ -81,7 +80,7 @@ def precompile(
     # 1. check inputs and plan every stage key
     check_inputs(path, recipe)
     digest = file_digest(store, path)
-    keys = plan(digest, recipe, {FRAME_CODEC_PARAM: frame_codec()})
+    keys = plan(digest, recipe)
     report = PrecompileReport(path, digest, keys.avatar)
     if not force and (avatar := store.get_avatar(keys.avatar)) is not None:
         records = {n: store.get_stage(k) for n, k in keys.stages.items()}

@@ -32,7 +32,7 @@ from typing import Any
 from cachestore.hashcache import file_digest, remember
 from cachestore.keys import FileChangedError, FileStat
 from cachestore.store import Store, open_store
-from pipeline.catalog import FRAME_CODEC_PARAM, Source, frame_codec
+from pipeline.catalog import Source
 from pipeline.personas import read_options
 from pipeline.plan import plan
 from pipeline.recipe import Recipe
@@ -377,7 +377,7 @@ class Daemon:
     def _avatar(self, digest: str, recipe: Recipe) -> str:
         key = (digest, recipe)
         if key not in self._avatars:
-            self._avatars[key] = plan(digest, recipe, {FRAME_CODEC_PARAM: frame_codec()}).avatar
+            self._avatars[key] = plan(digest, recipe).avatar
         return self._avatars[key]
 
     def _avatar_of(self, src: Source, digest: str) -> str:

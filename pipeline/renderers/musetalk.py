@@ -30,13 +30,12 @@ from typing import Any
 import numpy as np
 
 from pipeline.assets import AvatarAssets
-from pipeline.models import ModelMissingError
+from pipeline.models import VAE_CONFIG, VAE_WEIGHTS, ModelMissingError
 from pipeline.renderers.base import blend
 
 UNET_DIR = Path("musetalk") / "unet"
-UNET_WEIGHTS = ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")
+UNET_WEIGHTS = VAE_WEIGHTS  # both are diffusers save_pretrained folders
 VAE_NAME = "sd-vae-ft-mse"
-VAE_WEIGHTS = ("diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.bin")
 WHISPER_DIR = Path("whisper-tiny")
 WHISPER_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
@@ -52,9 +51,9 @@ def _expected_files(models_dir: Path, vae: str) -> list[tuple[Path, tuple[str, .
     """(directory, alternatives) for every file the renderer needs; one must exist per row."""
     unet, vae_dir, whisper = models_dir / UNET_DIR, models_dir / vae, models_dir / WHISPER_DIR
     return [
-        (unet, ("config.json",)),
+        (unet, (VAE_CONFIG,)),
         (unet, UNET_WEIGHTS),
-        (vae_dir, ("config.json",)),
+        (vae_dir, (VAE_CONFIG,)),
         (vae_dir, VAE_WEIGHTS),
         (whisper, ("config.json",)),
         (whisper, WHISPER_WEIGHTS),

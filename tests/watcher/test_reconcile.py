@@ -10,7 +10,6 @@ import pytest
 
 from cachestore.hashcache import file_digest
 from cachestore.store import open_store
-from pipeline.catalog import FRAME_CODEC_PARAM, frame_codec
 from pipeline.plan import plan
 from pipeline.recipe import Recipe
 from watcher.reconcile import scan, source_at
@@ -20,12 +19,12 @@ RECIPE = Recipe(max_frames=8)
 
 
 def avatar_of(src, digest: str, recipe: Recipe = RECIPE) -> str:
-    return plan(digest, recipe, {FRAME_CODEC_PARAM: frame_codec()}).avatar
+    return plan(digest, recipe).avatar
 
 
 def make_hot(store, digest: str, recipe: Recipe = RECIPE) -> str:
     """Stage manifests and an avatar manifest for the planned keys (tiny arrays)."""
-    p = plan(digest, recipe, {FRAME_CODEC_PARAM: frame_codec()})
+    p = plan(digest, recipe)
     for name, key in p.stages.items():
         store.put_stage(key, name, {"x": np.zeros(4, np.uint8)}, {})
     store.put_avatar(p.avatar, {"stages": p.stages, "source_digest": digest, "frames": 1})

@@ -72,10 +72,9 @@ def make_hot(store, digest: str, recipe) -> str:
     """Stage and avatar manifests for the planned keys, with one tiny array each."""
     import numpy as np
 
-    from pipeline.catalog import FRAME_CODEC_PARAM, frame_codec
     from pipeline.plan import plan
 
-    p = plan(digest, recipe, {FRAME_CODEC_PARAM: frame_codec()})
+    p = plan(digest, recipe)
     for name, key in p.stages.items():
         store.put_stage(key, name, {"x": np.zeros(4, np.uint8)}, {})
     store.put_avatar(p.avatar, {"stages": p.stages, "source_digest": digest, "frames": 1})
