@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cachestore.store import Store
 from pipeline.assets import AvatarAssets
+from pipeline.frames import FrameSource
 
 
 class ColdAvatarError(LookupError):
@@ -15,8 +16,6 @@ def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
 
     Raises ColdAvatarError when the avatar or any blob below it is missing or damaged.
     """
-    from pipeline.media import decode_frame
-
     manifest = store.get_avatar(avatar_key)
     if manifest is None:
         raise ColdAvatarError(f"avatar {avatar_key} is not in the store")
@@ -32,12 +31,9 @@ def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
     frames = store.get_stage(manifest["stages"]["decode"])
     if frames is None:
         raise ColdAvatarError(f"the frames of avatar {avatar_key} are missing")
-    digests = [frames.blobs[k] for k in sorted(frames.blobs)]
-
-    def load_frame(i: int):
-        with store.read() as r:
-            return decode_frame(r.array(digests[i]))
-
+    load_frame = FrameSource(
+        store, frames.blobs, max(int(manifest["width"]), int(manifest["height"]))
+    )
     store.touch(avatar_key)
     return AvatarAssets(
         key=avatar_key,

@@ -10,7 +10,7 @@ missing data.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import numpy as np
 from cachestore.errors import MissingStageError
 from cachestore.hashcache import file_digest
 from cachestore.store import Store
+from pipeline.frames import FrameSource, frame_name
 from pipeline.modelcache import kept
 from pipeline.parallel import ordered_map
 from pipeline.plan import Plan, plan
@@ -183,39 +184,6 @@ class StageRunner:
             StageResult(name, key, False, time.perf_counter() - start, record.nbytes)
         )
         return record
-
-
-class FrameSource:
-    """Stored frames by index, decoded on demand (the source file is never reopened)."""
-
-    def __init__(self, store: Store, blobs: dict[str, str], full_side: int) -> None:
-        self.store, self.full_side = store, full_side
-        self.digests = [blobs[k] for k in sorted(k for k in blobs if k.startswith("frame/"))]
-
-    def __len__(self) -> int:
-        return len(self.digests)
-
-    def _blob(self, i: int) -> np.ndarray:
-        with self.store.read() as r:
-            return r.array(self.digests[i]).copy()  # the JPEG bytes, small; decoded outside the txn
-
-    def __call__(self, i: int) -> np.ndarray:
-        from pipeline.media import decode_frame
-
-        return decode_frame(self._blob(i))
-
-    def proxy(self, i: int, proxy: int) -> tuple[np.ndarray, float]:
-        from pipeline.media import decode_proxy
-
-        return decode_proxy(self._blob(i), self.full_side, proxy)
-
-    def each(self) -> Iterator[np.ndarray]:
-        """Every frame in order, decoded two at a time ahead of the consumer."""
-        return ordered_map(self, range(len(self)), ahead=4)
-
-
-def frame_name(i: int) -> str:
-    return f"frame/{i:06d}"
 
 
 def decode_stage(path: Path, recipe: Recipe, progress: Progress):
