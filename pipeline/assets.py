@@ -27,11 +27,13 @@ class AvatarAssets:
     boxes: np.ndarray  # (N, 4) float32, tracked face boxes
     landmarks: np.ndarray  # (N, 68, 2) float32
     crop_boxes: np.ndarray  # (N, 4) int32, half-face boxes (the region a renderer redraws)
-    crops: np.ndarray  # (N, S, S, 3) uint8, the crop boxes resized to S x S (S = 256)
     mask_boxes: np.ndarray  # (N, 4) int32, blend squares, may extend past the frame
     masks: np.ndarray  # (N, M, M) uint8 0..255, blend weight over the blend square
     load_frame: Callable[[int], np.ndarray]  # i -> full frame (H, W, 3) uint8
     latents: np.ndarray | None = None  # (N, 8, 32, 32) float16 when a VAE was configured
+    # (N, S, S, 3) uint8 crops (S = 256): inputs of the latents stage; no renderer reads
+    # them, so load_assets leaves them in the store (49 MB for 250 frames)
+    crops: np.ndarray | None = None
 
     @property
     def n_frames(self) -> int:

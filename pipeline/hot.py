@@ -6,6 +6,9 @@ from cachestore.store import Store
 from pipeline.assets import AvatarAssets
 from pipeline.frames import FrameSource
 
+# what a renderer reads; the 256x256 crops stay in the store
+RENDER_ARRAYS = ["boxes", "landmarks", "crop_boxes", "mask_boxes", "masks", "latents"]
+
 
 class ColdAvatarError(LookupError):
     """The avatar (or a stage below it) is not in the store."""
@@ -24,7 +27,7 @@ def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
         key = manifest["stages"].get(stage)
         if key is None:
             continue
-        loaded = store.load_arrays(key)
+        loaded = store.load_arrays(key, RENDER_ARRAYS)
         if loaded is None:
             raise ColdAvatarError(f"stage {stage} of avatar {avatar_key} is missing or damaged")
         arrays.update(loaded)
@@ -43,7 +46,6 @@ def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
         boxes=arrays["boxes"],
         landmarks=arrays["landmarks"],
         crop_boxes=arrays["crop_boxes"],
-        crops=arrays["crops"],
         mask_boxes=arrays["mask_boxes"],
         masks=arrays["masks"],
         load_frame=load_frame,
