@@ -110,7 +110,7 @@ def render_video(
 
     # 1. check inputs, before any decoding
     check_inputs(assets, audio_path, out_path, backend, loop, fps)
-    from pipeline.renderers.base import load_renderer
+    from pipeline.renderers import load_renderer
 
     renderer = load_renderer(backend, models_dir, device)
 

@@ -13,13 +13,11 @@ Renderers never modify the frames they are given; `blend` returns a new frame.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from pipeline.assets import AvatarAssets
-from pipeline.recipe import RENDERERS
 
 
 @runtime_checkable
@@ -38,21 +36,6 @@ class Renderer(Protocol):
         self, ts: Sequence[int], idxs: Sequence[int], frames: Sequence[np.ndarray]
     ) -> list[np.ndarray]:
         """Output frames ts (showing stored frames idxs, given as `frames`) -> full frames."""
-
-
-def load_renderer(
-    name: str, models_dir: str | Path | None = None, device: str | None = None
-) -> Renderer:
-    """The renderer called `name`; ValueError for an unknown name."""
-    if name == "warp":
-        from pipeline.renderers.warp import WarpRenderer
-
-        return WarpRenderer()
-    if name == "musetalk":
-        from pipeline.renderers.musetalk import MuseTalkRenderer
-
-        return MuseTalkRenderer(models_dir, device=device)
-    raise ValueError(f"renderer {name!r} is not one of {', '.join(RENDERERS)}")
 
 
 def fit_mask(mask: np.ndarray, box: Sequence[int]) -> np.ndarray:

@@ -5,7 +5,7 @@ import pytest
 
 from pipeline.models import ModelMissingError
 from pipeline.render import render_video
-from pipeline.renderers.base import load_renderer
+from pipeline.renderers import load_renderer
 from pipeline.renderers.musetalk import (
     MuseTalkRenderer,
     check_weights,

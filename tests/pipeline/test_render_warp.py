@@ -10,7 +10,8 @@ import pytest
 from pipeline.audio import AudioError, load_audio, loudness_envelope
 from pipeline.encode import Mp4Writer
 from pipeline.render import render_video
-from pipeline.renderers.base import Renderer, blend, load_renderer
+from pipeline.renderers import load_renderer
+from pipeline.renderers.base import Renderer, blend
 from pipeline.renderers.warp import WarpRenderer
 from pipeline.schedule import schedule
 from pipeline.synthetic import write_wav
