@@ -26,8 +26,8 @@ import numpy as np
 from cachestore.store import forget_store, open_store
 from pipeline.catalog import plan_for
 from pipeline.hot import load_assets
-from pipeline.recipe import Recipe
-from pipeline.render import render_video
+from pipeline.precompile.recipe import Recipe
+from pipeline.render.video import render_video
 from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
 
 

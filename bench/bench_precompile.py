@@ -3,7 +3,7 @@
 On one 150-frame 1080x1920 loop (pipeline/synthetic.py), same detector, same frames:
   naive     MuseTalk-style: dlib HOG on every full-resolution frame, then landmarks,
             crops and masks (the same code as hotplate's stages);
-  hotplate  `pipeline.precompile` into a fresh store;
+  hotplate  `pipeline.precompile.run` into a fresh store;
   decode    decoding the video's frames and nothing else.
 Then latents per second with an SD-VAE-sized AutoencoderKL (random weights, CPU).
 Prints figures; asserts nothing.
@@ -20,14 +20,14 @@ import numpy as np
 
 from cachestore.store import open_store
 from pipeline import synthetic
-from pipeline.crops import crop_resize, half_face_box
-from pipeline.detectors import load_detector
-from pipeline.landmarks import load_landmarker
-from pipeline.masks import blend_square, landmark_mask
 from pipeline.media import iter_frames
-from pipeline.precompile import precompile
-from pipeline.recipe import Recipe
-from pipeline.tracking import track_naive
+from pipeline.nets.detectors import load_detector
+from pipeline.nets.landmarks import load_landmarker
+from pipeline.precompile.crops import crop_resize, half_face_box
+from pipeline.precompile.masks import blend_square, landmark_mask
+from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.run import precompile
+from pipeline.precompile.tracking import track_naive
 
 
 def naive(video: Path) -> tuple[float, float]:
@@ -48,7 +48,7 @@ def latents_per_second(tmp: Path, n: int = 8) -> float:
     import torch
     from diffusers import AutoencoderKL
 
-    from pipeline.latents import encode_latents, load_vae
+    from pipeline.nets.vae import encode_latents, load_vae
 
     torch.manual_seed(0)
     # the sd-vae-ft-mse architecture (diffusers' defaults for it), random weights

@@ -24,10 +24,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.encode import DEFAULT_PRESET, Mp4Writer  # noqa: E402
 from pipeline.media import decode_frame, encode_frame  # noqa: E402
-from pipeline.render import render_video  # noqa: E402
-from pipeline.renderers.warp import WarpRenderer  # noqa: E402
+from pipeline.render.encode import DEFAULT_PRESET, Mp4Writer  # noqa: E402
+from pipeline.render.renderers.warp import WarpRenderer  # noqa: E402
+from pipeline.render.video import render_video  # noqa: E402
 from pipeline.synthetic import write_wav  # noqa: E402
 from tests.pipeline.render_fixtures import FULL, build_assets, speech  # noqa: E402
 

@@ -197,7 +197,7 @@ def median_run(cmd: list[str], cwd: Path, env: dict[str, str], runs: int = 7) ->
 
 def bench_resolve(tmp: Path) -> None:
     from pipeline.catalog import plan_for
-    from pipeline.recipe import Recipe
+    from pipeline.precompile.recipe import Recipe
 
     personas, cache = tmp / "personas", tmp / "resolve-cache"
     (personas / "ruby").mkdir(parents=True)

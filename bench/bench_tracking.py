@@ -22,10 +22,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline import synthetic  # noqa: E402
-from pipeline.detectors import load_detector  # noqa: E402
 from pipeline.media import make_proxy  # noqa: E402
-from pipeline.recipe import Recipe  # noqa: E402
-from pipeline.tracking import center_jitter, iou, track, track_naive  # noqa: E402
+from pipeline.nets.detectors import load_detector  # noqa: E402
+from pipeline.precompile.recipe import Recipe  # noqa: E402
+from pipeline.precompile.tracking import center_jitter, iou, track, track_naive  # noqa: E402
 
 
 def row(name: str, result, truth: np.ndarray, jump: range) -> str:

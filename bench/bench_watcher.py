@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import synthetic  # noqa: E402
-from pipeline.recipe import Recipe  # noqa: E402
+from pipeline.precompile.recipe import Recipe  # noqa: E402
 
 SIZE = (540, 960)
 FRAMES = 16

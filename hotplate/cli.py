@@ -258,7 +258,7 @@ def precompile(
     """Precompile loop videos or stills into hot avatars (frames, track, landmarks,
     crops, masks, latents). A second run on the same file is a cache hit."""
     from hotplate.progress import StageBars
-    from pipeline.precompile import precompile as run_precompile
+    from pipeline.precompile.run import precompile as run_precompile
 
     settings = settings_of(ctx)
     recipe = recipe_from(settings, **recipe_options)
@@ -339,8 +339,8 @@ def render(
     from pipeline.catalog import plan_for
     from pipeline.hot import load_assets
     from pipeline.personas import resolve as resolve_source
-    from pipeline.precompile import precompile as run_precompile
-    from pipeline.render import check_output, render_video
+    from pipeline.precompile.run import precompile as run_precompile
+    from pipeline.render.video import check_output, render_video
 
     settings = settings_of(ctx)
     backend = backend or settings.renderer
@@ -355,7 +355,7 @@ def render(
         )
     check_output(output)
     if backend == "musetalk":
-        from pipeline.renderers.musetalk import check_weights
+        from pipeline.render.renderers.musetalk import check_weights
 
         check_weights(settings.models, recipe.vae)
     options = found.options

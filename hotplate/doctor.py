@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hotplate.settings import Settings
-from pipeline.backends import BACKENDS, package_present
+from pipeline.nets.backends import BACKENDS, package_present
 
 PACKAGES = (
     "lmdb",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pipeline.recipe import Recipe
+from pipeline.precompile.recipe import Recipe
 
 
 def _xdg(var: str, fallback: str) -> Path:

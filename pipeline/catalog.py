@@ -16,8 +16,8 @@ from pipeline.personas import (
     read_options,
     scan_persona,
 )
-from pipeline.plan import Plan, plan
-from pipeline.recipe import Recipe
+from pipeline.precompile.plan import Plan, plan
+from pipeline.precompile.recipe import Recipe
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,8 @@ from cachestore.keys import FileChangedError, FileStat
 from cachestore.store import Store, open_store
 from pipeline.catalog import Source
 from pipeline.personas import read_options
-from pipeline.plan import plan
-from pipeline.recipe import Recipe
+from pipeline.precompile.plan import plan
+from pipeline.precompile.recipe import Recipe
 from watcher import health
 from watcher.events import (
     CLOSED,

@@ -1,7 +1,7 @@
 """The worker process: runs precompile jobs one at a time, for as long as it lives.
 
 Started with the spawn method (never fork: LMDB and torch must be opened fresh), it
-opens the store once, keeps the models the pipeline loads (pipeline/modelcache.py), and
+opens the store once, keeps the models the pipeline loads (pipeline/nets/modelcache.py), and
 answers each job on its pipe:
 
     parent -> worker   (job_id, path, recipe, stat)   or None to exit
@@ -36,8 +36,8 @@ JobFn = Callable[..., dict]
 
 
 def precompile_job(path: Path, recipe: Any, store: Any) -> dict:
-    """The real job: pipeline.precompile.precompile on one source file."""
-    from pipeline.precompile import precompile
+    """The real job: pipeline.precompile.run.precompile on one source file."""
+    from pipeline.precompile.run import precompile
 
     report = precompile(path, recipe, store)
     return {

@@ -24,9 +24,9 @@ MASK_SIZE = 256
 
 @lru_cache(maxsize=4)
 def _geometry(n_frames: int, size: tuple[int, int], motion: str, seed: int) -> tuple:
-    from pipeline.crops import crop_resize, half_face_box
-    from pipeline.landmarks import load_landmarker
-    from pipeline.masks import blend_square, landmark_mask
+    from pipeline.nets.landmarks import load_landmarker
+    from pipeline.precompile.crops import crop_resize, half_face_box
+    from pipeline.precompile.masks import blend_square, landmark_mask
 
     frames, boxes = make_loop_frames(n_frames, size, motion, seed)
     for f in frames:
@@ -80,7 +80,7 @@ def build_assets(
 
 def full_mask(assets: AvatarAssets, i: int) -> np.ndarray:
     """(H, W) uint8 blend weight of stored frame i over the whole frame (0 outside its square)."""
-    from pipeline.renderers.base import fit_mask
+    from pipeline.render.renderers.base import fit_mask
 
     out = np.zeros((assets.height, assets.width), np.uint8)
     x1, y1, x2, y2 = (int(v) for v in assets.mask_boxes[i])

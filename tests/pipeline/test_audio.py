@@ -2,8 +2,8 @@ import av
 import numpy as np
 import pytest
 
-from pipeline.audio import AudioError, load_audio, loudness_envelope, n_video_frames
-from pipeline.encode import Mp4Writer
+from pipeline.render.audio import AudioError, load_audio, loudness_envelope, n_video_frames
+from pipeline.render.encode import Mp4Writer
 from pipeline.synthetic import write_wav
 from tests.pipeline.render_fixtures import speech, write_audio
 

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.crops import clamp_box, crop_resize, half_face_box
+from pipeline.precompile.crops import clamp_box, crop_resize, half_face_box
 
 FRAME = (400, 300, 3)  # H, W, C
 TRACKED = np.array([90.0, 100.0, 210.0, 260.0], np.float32)

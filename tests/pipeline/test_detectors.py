@@ -2,15 +2,15 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import models
-from pipeline.detectors import load_detector
-from pipeline.detectors.base import Detector
-from pipeline.detectors.nms import batched_nms, box_iou
-from pipeline.detectors.s3fd import decode_candidates, postprocess
 from pipeline.media import make_proxy
-from pipeline.models import ModelMissingError, file_identity, find_weights
+from pipeline.nets import models
+from pipeline.nets.detectors import load_detector
+from pipeline.nets.detectors.base import Detector
+from pipeline.nets.detectors.nms import batched_nms, box_iou
+from pipeline.nets.detectors.s3fd import decode_candidates, postprocess
+from pipeline.nets.models import ModelMissingError, file_identity, find_weights
+from pipeline.precompile.tracking import iou
 from pipeline.synthetic import make_loop_frames
-from pipeline.tracking import iou
 
 S3FD_FILE = "s3fd-619a316812.pth"
 

@@ -4,7 +4,7 @@ import av
 import numpy as np
 import pytest
 
-from pipeline.encode import Mp4Writer, aac_rate, fps_fraction
+from pipeline.render.encode import Mp4Writer, aac_rate, fps_fraction
 from tests.pipeline.render_fixtures import speech
 
 

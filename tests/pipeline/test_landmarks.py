@@ -2,14 +2,14 @@ import numpy as np
 import pytest
 from skimage import data
 
-from pipeline.landmarks import (
+from pipeline.nets.landmarks import (
     FAN_WEIGHTS,
     _crop,
     fan_crop_geometry,
     heatmap_to_points,
     load_landmarker,
 )
-from pipeline.models import ModelMissingError
+from pipeline.nets.models import ModelMissingError
 
 FACE = np.array([175.0, 76.0, 265.0, 166.0])  # dlib HOG's box on the astronaut's face
 

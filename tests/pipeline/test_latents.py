@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.latents import decode_latents, encode_latents, load_vae
-from pipeline.models import ModelMissingError
+from pipeline.nets.models import ModelMissingError
+from pipeline.nets.vae import decode_latents, encode_latents, load_vae
 
 
 def tiny_vae(seed: int = 0):

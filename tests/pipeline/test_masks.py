@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 from skimage import data
 
-from pipeline.crops import half_face_box
-from pipeline.masks import (
+from pipeline.nets.models import ModelMissingError
+from pipeline.precompile.crops import half_face_box
+from pipeline.precompile.masks import (
     BISENET_WEIGHTS,
     bisenet_mask,
     blend_square,
@@ -11,7 +12,6 @@ from pipeline.masks import (
     load_face_parser,
     square_region,
 )
-from pipeline.models import ModelMissingError
 
 FRAME = (512, 512, 3)
 
@@ -121,7 +121,7 @@ def bisenet_dir(tmp_path, monkeypatch):
     79999_iter.pth; the real architecture and loading path, untrained weights."""
     import torch
 
-    from pipeline.bisenet import build_bisenet
+    from pipeline.nets.bisenet import build_bisenet
 
     for var in ("HOME", "TORCH_HOME", "XDG_CACHE_HOME"):
         monkeypatch.setenv(var, str(tmp_path / "home"))
@@ -138,7 +138,7 @@ def bisenet_dir(tmp_path, monkeypatch):
 
 
 def test_bisenet_keys_match_the_original_checkpoint():
-    from pipeline.bisenet import build_bisenet
+    from pipeline.nets.bisenet import build_bisenet
 
     keys = set(build_bisenet().state_dict())
     for k in (

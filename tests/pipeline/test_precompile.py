@@ -13,11 +13,11 @@ from cachestore.store import forget_store, open_store
 from cachestore.verify import verify
 from pipeline.catalog import plan_for
 from pipeline.media import MediaError
-from pipeline.models import ModelMissingError
-from pipeline.precompile import precompile
-from pipeline.recipe import Recipe
+from pipeline.nets.models import ModelMissingError
+from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.run import precompile
+from pipeline.precompile.tracking import NoFaceError
 from pipeline.synthetic import write_loop_video, write_still
-from pipeline.tracking import NoFaceError
 
 SMALL = (540, 960)
 
@@ -191,7 +191,7 @@ def test_ten_minute_video_memory_is_bounded(tmp_path):
     )
     script = (
         "import resource, sys; from pathlib import Path\n"
-        "from cachestore.store import open_store; from pipeline.precompile import precompile; from pipeline.recipe import Recipe\n"
+        "from cachestore.store import open_store; from pipeline.precompile.run import precompile; from pipeline.precompile.recipe import Recipe\n"
         "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         f"r = precompile(Path({str(video)!r}), Recipe(max_frames=250), open_store({str(tmp_path / 's')!r}))\n"
         "print(r.counts['frames'], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)\n"

@@ -3,16 +3,16 @@ import shutil
 import numpy as np
 import pytest
 
-from pipeline.models import ModelMissingError
-from pipeline.render import render_video
-from pipeline.renderers import load_renderer
-from pipeline.renderers.musetalk import (
+from pipeline.nets.models import ModelMissingError
+from pipeline.render.renderers import load_renderer
+from pipeline.render.renderers.musetalk import (
     MuseTalkRenderer,
     check_weights,
     feature_window,
     layer_slots,
     positional_encoding,
 )
+from pipeline.render.video import render_video
 from pipeline.synthetic import write_wav
 from tests.pipeline.render_fixtures import (
     build_assets,
@@ -30,7 +30,7 @@ def models_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def latents(models_dir):
-    from pipeline.latents import encode_latents, load_vae
+    from pipeline.nets.vae import encode_latents, load_vae
 
     vae, _ = load_vae(models_dir, "sd-vae-ft-mse")
     return encode_latents(vae, np.array(build_assets(4).crops))  # writable copy for torch

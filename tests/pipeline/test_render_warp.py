@@ -7,13 +7,13 @@ import time
 import numpy as np
 import pytest
 
-from pipeline.audio import AudioError, load_audio, loudness_envelope
-from pipeline.encode import Mp4Writer
-from pipeline.render import render_video
-from pipeline.renderers import load_renderer
-from pipeline.renderers.base import Renderer, blend
-from pipeline.renderers.warp import WarpRenderer
-from pipeline.schedule import schedule
+from pipeline.render.audio import AudioError, load_audio, loudness_envelope
+from pipeline.render.encode import Mp4Writer
+from pipeline.render.renderers import load_renderer
+from pipeline.render.renderers.base import Renderer, blend
+from pipeline.render.renderers.warp import WarpRenderer
+from pipeline.render.schedule import schedule
+from pipeline.render.video import render_video
 from pipeline.synthetic import write_wav
 from tests.pipeline.render_fixtures import FULL, build_assets, full_mask, read_video, speech
 
@@ -239,7 +239,7 @@ def test_bad_inputs_fail_before_any_work(tmp_path):
 MEMORY_SCRIPT = textwrap.dedent(
     """
     import resource, sys
-    from pipeline.render import render_video
+    from pipeline.render.video import render_video
     from pipeline.synthetic import write_wav
     from tests.pipeline.render_fixtures import build_assets, speech
     seconds, out = float(sys.argv[1]), sys.argv[2]

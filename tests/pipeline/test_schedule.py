@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.schedule import frame_index, schedule
+from pipeline.render.schedule import frame_index, schedule
 
 CASES = [
     (1, "pingpong", [0] * 10),

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from pipeline import synthetic
-from pipeline.detectors import load_detector
-from pipeline.tracking import iou
+from pipeline.nets.detectors import load_detector
+from pipeline.precompile.tracking import iou
 
 
 def test_loop_frames_shape_truth_and_seamless_loop():

@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 
 from pipeline import synthetic
-from pipeline.detectors import load_detector
 from pipeline.media import make_proxy
-from pipeline.tracking import (
+from pipeline.nets.detectors import load_detector
+from pipeline.precompile.tracking import (
     NoFaceError,
     TrackResult,
     center_jitter,

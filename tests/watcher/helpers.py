@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.recipe import Recipe
+from pipeline.precompile.recipe import Recipe
 from watcher.daemon import Config, Daemon
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 import xxhash
 
 from cachestore.keys import FileStat
-from pipeline.recipe import Recipe
+from pipeline.precompile.recipe import Recipe
 from watcher.jobs import JobQueue, Outcome, WorkerFatalError, WorkerPool, backoff_delay, exit_reason
 from watcher.sources import stat_of
 
@@ -167,8 +167,8 @@ def test_stop_abandons_a_running_job(tmp_path, cache, joblog, monkeypatch):
 
 
 KEEP = """
-from pipeline.modelcache import kept
-from pipeline.landmarks import load_landmarker
+from pipeline.nets.modelcache import kept
+from pipeline.nets.landmarks import load_landmarker
 a = kept("landmarks", "dlib", None, lambda: load_landmarker("dlib", None))
 b = kept("landmarks", "dlib", None, lambda: load_landmarker("dlib", None))
 try:

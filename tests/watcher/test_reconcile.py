@@ -10,8 +10,8 @@ import pytest
 
 from cachestore.hashcache import file_digest
 from cachestore.store import open_store
-from pipeline.plan import plan
-from pipeline.recipe import Recipe
+from pipeline.precompile.plan import plan
+from pipeline.precompile.recipe import Recipe
 from watcher.reconcile import scan, source_at
 from watcher.sources import FAILED, HOT, QUEUED, load_rows, new_row, put_rows, stat_of
 

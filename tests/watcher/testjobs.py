@@ -72,7 +72,7 @@ def make_hot(store, digest: str, recipe) -> str:
     """Stage and avatar manifests for the planned keys, with one tiny array each."""
     import numpy as np
 
-    from pipeline.plan import plan
+    from pipeline.precompile.plan import plan
 
     p = plan(digest, recipe)
     for name, key in p.stages.items():

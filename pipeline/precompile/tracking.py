@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.detectors.base import Detector
+from pipeline.nets.detectors.base import Detector
 
 MAX_SHIFT = 2.0  # a detection farther than this many face sizes from the last face is not it
 BATCH = 16  # frames per detector call

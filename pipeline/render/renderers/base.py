@@ -1,7 +1,7 @@
 """What every renderer is, how one is chosen, and the one way regions go back in.
 
 A renderer redraws the mouth region of stored frames for the audio. `render_video`
-(pipeline/render.py) drives it in this order:
+(pipeline/render/video.py) drives it in this order:
 
 1. construct (cheap; checks that weights exist, raises ModelMissingError if not),
 2. `prepare(assets, audio, sr, n_out, fps)` once: load models, analyse the audio,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.detectors.base import empty_detections, sort_detections
+from pipeline.nets.detectors.base import empty_detections, sort_detections
 
 # HOG's window is 80 px, so faces under ~80 px are missed. A presenter's face in a
 # 480-px proxy of a 1920-px frame is ~75-90 px: frames with a longer side under

@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pipeline.backends import weight_names
-from pipeline.models import ModelMissingError, file_identity, find_weights
+from pipeline.nets.backends import weight_names
+from pipeline.nets.models import ModelMissingError, file_identity, find_weights
 
 N_POINTS = 68
 

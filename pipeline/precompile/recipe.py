@@ -1,6 +1,6 @@
 """The recipe: every parameter that changes what precompile produces.
 
-A recipe is plain data. Its fields feed the stage keys (see `pipeline/stages.py`),
+A recipe is plain data. Its fields feed the stage keys (see `pipeline/precompile/plan.py`),
 so a change of any field here is a cache miss for the stages that read it and
 for nothing else.
 """

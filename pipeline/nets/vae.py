@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.backends import files_digest
-from pipeline.models import vae_files
+from pipeline.nets.backends import files_digest
+from pipeline.nets.models import vae_files
 
 
 def load_vae(models_dir: Path | str | None, name: str) -> tuple[Any, str]:

@@ -21,10 +21,10 @@ from cachestore.errors import MissingStageError
 from cachestore.hashcache import file_digest
 from cachestore.store import Store
 from pipeline.frames import FrameSource, frame_name
-from pipeline.modelcache import kept
+from pipeline.nets.modelcache import kept
 from pipeline.parallel import ordered_map
-from pipeline.plan import Plan, plan
-from pipeline.recipe import Recipe
+from pipeline.precompile.plan import Plan, plan
+from pipeline.precompile.recipe import Recipe
 
 # progress(stage, done, total); total 0 = unknown
 Progress = Callable[[str, int, int], None]
@@ -218,8 +218,8 @@ def decode_stage(path: Path, recipe: Recipe, progress: Progress):
 
 
 def track_stage(path: Path, recipe: Recipe, frames: FrameSource, progress: Progress):
-    from pipeline.detectors import load_detector
-    from pipeline.tracking import track
+    from pipeline.nets.detectors import load_detector
+    from pipeline.precompile.tracking import track
 
     detector = kept(
         "detector",
@@ -281,7 +281,7 @@ class PerFrameStages:
     def landmarks(self):
         """Landmarks; crops are made in the same pass (one decode per frame) and kept
         for the crops stage, which is stored under its own key right after."""
-        from pipeline.landmarks import load_landmarker
+        from pipeline.nets.landmarks import load_landmarker
 
         r = self.recipe
         model = kept(
@@ -313,14 +313,19 @@ class PerFrameStages:
         return np.zeros((n, 4), np.int32), np.zeros((n, size, size, 3), np.uint8)
 
     def _crop_one(self, i: int, frame: np.ndarray, landmarks: np.ndarray) -> None:
-        from pipeline.crops import crop_resize, half_face_box
+        from pipeline.precompile.crops import crop_resize, half_face_box
 
         boxes, crops = self._crops
         boxes[i] = half_face_box(landmarks, self.recipe.bbox_shift, frame.shape, self.boxes[i])
         crops[i] = crop_resize(frame, boxes[i], self.recipe.crop_size)
 
     def masks(self, landmarks: np.ndarray, crop_boxes: np.ndarray):
-        from pipeline.masks import bisenet_mask, blend_square, landmark_mask, load_face_parser
+        from pipeline.precompile.masks import (
+            bisenet_mask,
+            blend_square,
+            landmark_mask,
+            load_face_parser,
+        )
 
         n = len(self.frames)
         squares = np.zeros((n, 4), np.int32)
@@ -346,7 +351,7 @@ class PerFrameStages:
 
 
 def latents_stage(recipe: Recipe, crops: np.ndarray, progress: Progress):
-    from pipeline.latents import encode_latents, load_vae
+    from pipeline.nets.vae import encode_latents, load_vae
 
     vae, _ = kept(
         "vae", recipe.vae, recipe.models_dir, lambda: load_vae(recipe.models_dir, recipe.vae)

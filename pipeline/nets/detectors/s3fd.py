@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.detectors.base import empty_detections
-from pipeline.models import file_identity, find_weights
+from pipeline.nets.detectors.base import empty_detections
+from pipeline.nets.models import file_identity, find_weights
 
 if TYPE_CHECKING:
     import torch
@@ -64,7 +64,7 @@ def postprocess(
     """Network outputs -> one (K, 5) float32 array per image, sorted by score."""
     import torch
 
-    from pipeline.detectors.nms import batched_nms
+    from pipeline.nets.detectors.nms import batched_nms
 
     boxes, scores, images = decode_candidates(outputs, score_threshold)
     results = []

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.recipe import RENDERERS
-from pipeline.renderers.base import Renderer
+from pipeline.precompile.recipe import RENDERERS
+from pipeline.render.renderers.base import Renderer
 
 
 def load_renderer(
@@ -17,11 +17,11 @@ def load_renderer(
 ) -> Renderer:
     """The renderer called `name`; ValueError for an unknown name."""
     if name == "warp":
-        from pipeline.renderers.warp import WarpRenderer
+        from pipeline.render.renderers.warp import WarpRenderer
 
         return WarpRenderer()
     if name == "musetalk":
-        from pipeline.renderers.musetalk import MuseTalkRenderer
+        from pipeline.render.renderers.musetalk import MuseTalkRenderer
 
         return MuseTalkRenderer(models_dir, device=device)
     raise ValueError(f"renderer {name!r} is not one of {', '.join(RENDERERS)}")

@@ -2,7 +2,7 @@
 
 Weights, all from the models dir (nothing is downloaded):
 - `musetalk/unet/`: diffusers UNet2DConditionModel (8 in, 4 out, cross-attention 384);
-- `sd-vae-ft-mse/`: the SD VAE (loaded by `pipeline.latents.load_vae`);
+- `sd-vae-ft-mse/`: the SD VAE (loaded by `pipeline.nets.vae.load_vae`);
 - `whisper-tiny/`: transformers WhisperModel + WhisperFeatureExtractor.
 
 Per output frame t (at 25 fps, MuseTalk's rate):
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.assets import AvatarAssets
-from pipeline.models import VAE_CONFIG, VAE_WEIGHTS, ModelMissingError
-from pipeline.renderers.base import blend
+from pipeline.nets.models import VAE_CONFIG, VAE_WEIGHTS, ModelMissingError
+from pipeline.render.renderers.base import blend
 
 UNET_DIR = Path("musetalk") / "unet"
 UNET_WEIGHTS = VAE_WEIGHTS  # both are diffusers save_pretrained folders
@@ -213,7 +213,7 @@ class MuseTalkRenderer:
         from diffusers import UNet2DConditionModel
         from transformers import WhisperFeatureExtractor, WhisperModel
 
-        from pipeline.latents import load_vae
+        from pipeline.nets.vae import load_vae
 
         d = self.models_dir
         # low_cpu_mem_usage=False: without `accelerate` diffusers falls back to it anyway
@@ -259,7 +259,7 @@ class MuseTalkRenderer:
     ) -> list[np.ndarray]:
         import torch
 
-        from pipeline.latents import decode_latents
+        from pipeline.nets.vae import decode_latents
 
         if self._assets is None:
             raise RuntimeError("MuseTalkRenderer.render_batch() before prepare()")

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.assets import AvatarAssets
-from pipeline.audio import loudness_envelope
-from pipeline.renderers.base import blend, fit_mask
+from pipeline.render.audio import loudness_envelope
+from pipeline.render.renderers.base import blend, fit_mask
 
 # Landmark moves at openness 1, as fractions of the lower-face height (nose 33 to
 # chin 8); positive is down. Jaw and lip corners taper towards the sides.

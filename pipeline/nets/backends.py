@@ -15,7 +15,7 @@ from pathlib import Path
 
 import xxhash
 
-from pipeline.models import file_identity, find_weights, vae_files
+from pipeline.nets.models import file_identity, find_weights, vae_files
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pipeline.backends import backend_identity
+from pipeline.nets.backends import backend_identity
 
 T = TypeVar("T")
 _KEPT: dict[tuple[str, str, str, str], Any] = {}

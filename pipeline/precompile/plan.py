@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cachestore.keys import avatar_key, stage_key
-from pipeline.backends import backend_identity
-from pipeline.recipe import Recipe
+from pipeline.nets.backends import backend_identity
+from pipeline.precompile.recipe import Recipe
 
 # stage -> (version, recipe fields it reads, upstream stage, backend kind whose identity it takes)
 STAGES: dict[str, tuple[int, tuple[str, ...], str, str]] = {

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.backends import weight_names
-from pipeline.models import file_identity, find_weights
+from pipeline.nets.backends import weight_names
+from pipeline.nets.models import file_identity, find_weights
 
 EXPAND = 1.5  # blend square side / longer side of the crop box (MuseTalk's expand)
 
@@ -101,7 +101,7 @@ class FaceParser:
     def __init__(self, path: Path) -> None:
         import torch
 
-        from pipeline.bisenet import build_bisenet
+        from pipeline.nets.bisenet import build_bisenet
 
         self.path = path
         self.identity = file_identity(path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.recipe import LOOP_MODES
+from pipeline.precompile.recipe import LOOP_MODES
 
 
 def _check(n: int, mode: str) -> None:

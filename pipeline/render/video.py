@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline.assets import AvatarAssets
-from pipeline.audio import load_audio, n_video_frames
-from pipeline.recipe import LOOP_MODES, RENDERERS
-from pipeline.schedule import schedule
+from pipeline.precompile.recipe import LOOP_MODES, RENDERERS
+from pipeline.render.audio import load_audio, n_video_frames
+from pipeline.render.schedule import schedule
 
 if TYPE_CHECKING:
-    from pipeline.encode import Mp4Writer
-    from pipeline.renderers.base import Renderer
+    from pipeline.render.encode import Mp4Writer
+    from pipeline.render.renderers.base import Renderer
 
 Progress = Callable[[int, int], None]  # (frames rendered, total frames)
 
@@ -110,7 +110,7 @@ def render_video(
 
     # 1. check inputs, before any decoding
     check_inputs(assets, audio_path, out_path, backend, loop, fps)
-    from pipeline.renderers import load_renderer
+    from pipeline.render.renderers import load_renderer
 
     renderer = load_renderer(backend, models_dir, device)
 
@@ -126,7 +126,7 @@ def render_video(
     renderer.prepare(assets, audio, sr, n_out, out_fps)
 
     # 4-5. fetch -> render -> encode, overlapped; the writer muxes and closes
-    from pipeline.encode import Mp4Writer
+    from pipeline.render.encode import Mp4Writer
 
     with Mp4Writer(
         out_path, assets.width, assets.height, out_fps, audio=audio, sample_rate=sr

@@ -1,0 +1,1 @@
+"""Precompile: the orchestrator (`run`), its plan and recipe, one module per stage."""

@@ -1,0 +1,1 @@
+"""Render: `video.render_video`, audio, schedule, encode and the renderers."""
