@@ -334,74 +334,45 @@ def render(
     **recipe_options: object,
 ) -> None:
     """Render a lip-synced MP4 from hot assets; a cold avatar is precompiled first."""
-    started = time.perf_counter()
     from hotplate.progress import StageBars
-    from pipeline.catalog import plan_for
-    from pipeline.hot import load_assets
-    from pipeline.personas import resolve as resolve_source
-    from pipeline.precompile.run import precompile as run_precompile
-    from pipeline.render.video import check_output, render_video
+    from pipeline.render.job import LipSyncRequest, lip_sync
 
     settings = settings_of(ctx)
     backend = backend or settings.renderer
     if backend == "musetalk" and not (recipe_options.get("vae") or settings.recipe.vae):
         recipe_options["vae"] = "sd-vae-ft-mse"  # musetalk renders from VAE latents
     recipe = recipe_from(settings, **recipe_options)
-    # 1. check everything that needs no work: names, audio, output path
-    found = resolve_source(settings.personas, persona, attire, motion, video)
-    if not audio.is_file() or audio.stat().st_size == 0:
-        raise ValueError(
-            f"audio {audio} is missing or empty; pass a WAV, MP3, M4A, FLAC or OGG file"
-        )
-    check_output(output)
-    if backend == "musetalk":
-        from pipeline.render.renderers.musetalk import check_weights
-
-        check_weights(settings.models, recipe.vae)
-    options = found.options
-    if recipe_options.get("bbox_shift") is None:  # an explicit flag beats persona.toml
-        recipe = recipe.for_persona(options, f"{found.persona}/persona.toml")
-    # 2. hot, or just in time
-    store = open_cache(settings)
-    start = time.perf_counter()
-    planned = plan_for(store, found.path, recipe)
-    if store.get_avatar(planned.avatar) is None:
-        if no_jit:
-            raise LookupError(
-                f"{found.path.name} is cold under this recipe; make it hot with `hotplate precompile {found.path}` "
-                f"(or drop --no-jit)"
-            )
-        bars = StageBars(prefix="jit ")
-        try:
-            report = run_precompile(found.path, recipe, store, progress=bars)
-        finally:
-            bars.close()
-        jit = f"JIT precompile {time.perf_counter() - start:.1f} s"
-        planned_key = report.avatar
-    else:
-        jit, planned_key = "cache hit", planned.avatar
-        store.count("hits")
-    # 3. render from the store alone
-    assets = load_assets(store, planned_key)
+    request = LipSyncRequest(
+        persona=persona,
+        attire=attire,
+        motion=motion,
+        video=video,
+        audio=audio,
+        output=output,
+        backend=backend,
+        loop=loop,
+        fps=fps,
+        no_jit=no_jit,
+        keep_bbox_shift=recipe_options.get("bbox_shift") is not None,
+    )
     bars = StageBars()
-    render_called = time.perf_counter()
     try:
-        result = render_video(
-            assets,
-            audio,
-            output,
-            backend=backend,
-            loop=loop or options.get("loop") or settings.loop,
-            fps=fps or options.get("fps"),
+        outcome = lip_sync(
+            open_cache(settings),
+            settings.personas,
+            recipe,
+            request,
             models_dir=settings.models,
-            progress=lambda done, total: bars("render", done, total),
+            default_loop=settings.loop,
+            progress=bars,
         )
     finally:
         bars.close()
-    first = render_called - started + result.first_frame_seconds
+    result = outcome.render
+    jit = f"JIT precompile {outcome.jit_seconds:.1f} s" if outcome.jit else "cache hit"
     click.echo(
-        f"{jit}; first frame after {first:.2f} s; {result.frames} frames at {result.render_fps:.1f} fps; "
-        f"wrote {result.out_path}"
+        f"{jit}; first frame after {outcome.first_frame_seconds:.2f} s; {result.frames} frames "
+        f"at {result.render_fps:.1f} fps; wrote {result.out_path}"
     )
 
 

@@ -1,0 +1,131 @@
+"""One lip-sync request, start to finish: the entry point the CLI, the watcher and the
+HTTP service share.
+
+Steps: 1. resolve the names and check everything that costs no work (audio, output
+path, weights); 2. hot, or precompile just in time; 3. render from the store alone.
+Front ends only turn their own input into a `LipSyncRequest` and report the outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cachestore.store import Store
+from pipeline.precompile.recipe import Recipe
+from pipeline.render.video import RenderReport
+
+# progress(step, done, total): step is "jit <stage>" during a JIT precompile, else "render"
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class LipSyncRequest:
+    persona: str
+    attire: str
+    audio: Path
+    output: Path
+    motion: str | None = None
+    video: Path | None = None  # an explicit source file instead of the names
+    backend: str = "warp"
+    loop: str | None = None  # None: persona.toml's, else `default_loop`
+    fps: float | None = None  # None: persona.toml's, else the renderer's or the loop's
+    no_jit: bool = False
+    keep_bbox_shift: bool = False  # an explicit --bbox-shift beats persona.toml
+
+
+@dataclass
+class LipSyncOutcome:
+    avatar: str
+    source: Path
+    jit: bool  # the avatar was cold and was precompiled for this request
+    jit_seconds: float
+    render: RenderReport
+    first_frame_seconds: float  # from the call until the first frame was encoded
+
+
+def check_audio(audio: Path) -> None:
+    if not audio.is_file() or audio.stat().st_size == 0:
+        raise ValueError(
+            f"audio {audio} is missing or empty; pass a WAV, MP3, M4A, FLAC or OGG file"
+        )
+
+
+def lip_sync(
+    store: Store,
+    personas: Path,
+    recipe: Recipe,
+    request: LipSyncRequest,
+    models_dir: Path | None = None,
+    default_loop: str = "pingpong",
+    progress: Progress | None = None,
+) -> LipSyncOutcome:
+    """Render `request` from hot assets, precompiling its avatar first when it is cold.
+
+    Raises PersonaError (unknown names, listing what exists), ValueError (bad audio or
+    output path), ModelMissingError (weights), LookupError (cold with no_jit) and
+    whatever precompile and render raise.
+    """
+    from pipeline.catalog import plan_for
+    from pipeline.hot import load_assets
+    from pipeline.personas import resolve as resolve_source
+    from pipeline.precompile.run import precompile
+    from pipeline.render.video import check_output, render_video
+
+    started = time.perf_counter()
+    progress = progress or (lambda step, done, total: None)
+    # 1. check everything that needs no work: names, audio, output path, weights
+    found = resolve_source(personas, request.persona, request.attire, request.motion, request.video)
+    check_audio(request.audio)
+    check_output(request.output)
+    if request.backend == "musetalk":
+        from pipeline.render.renderers.musetalk import check_weights
+
+        check_weights(models_dir, recipe.vae)
+    options = found.options
+    if not request.keep_bbox_shift:
+        recipe = recipe.for_persona(options, f"{found.persona}/persona.toml")
+
+    # 2. hot, or just in time
+    planned = plan_for(store, found.path, recipe)
+    avatar, jit, jit_seconds = planned.avatar, False, 0.0
+    if store.get_avatar(planned.avatar) is None:
+        if request.no_jit:
+            raise LookupError(
+                f"{found.path.name} is cold under this recipe; make it hot with "
+                f"`hotplate precompile {found.path}` (or drop --no-jit)"
+            )
+        jit_start = time.perf_counter()
+        report = precompile(
+            found.path,
+            recipe,
+            store,
+            progress=lambda stage, done, total: progress(f"jit {stage}", done, total),
+        )
+        avatar, jit, jit_seconds = report.avatar, True, time.perf_counter() - jit_start
+    else:
+        store.count("hits")
+
+    # 3. render from the store alone
+    assets = load_assets(store, avatar)
+    render_called = time.perf_counter()
+    result = render_video(
+        assets,
+        request.audio,
+        request.output,
+        backend=request.backend,
+        loop=request.loop or options.get("loop") or default_loop,
+        fps=request.fps or options.get("fps"),
+        models_dir=models_dir,
+        progress=lambda done, total: progress("render", done, total),
+    )
+    return LipSyncOutcome(
+        avatar=avatar,
+        source=found.path,
+        jit=jit,
+        jit_seconds=jit_seconds,
+        render=result,
+        first_frame_seconds=render_called - started + result.first_frame_seconds,
+    )
