@@ -191,7 +191,9 @@ def recipe_flags(fn):
             "--detector", type=click.Choice(["dlib", "s3fd"]), help="Face detector [default dlib]."
         ),
         click.option(
-            "--landmarks", type=click.Choice(["dlib", "fan"]), help="Landmark model [default dlib]."
+            "--landmarks",
+            type=click.Choice(["dlib", "fan", "dwpose"]),
+            help="Landmark model [default dlib]; dwpose is upstream MuseTalk's.",
         ),
         click.option(
             "--mask",

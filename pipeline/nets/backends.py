@@ -55,6 +55,13 @@ BACKENDS: tuple[Backend, ...] = (
         note="face_alignment's 2D FAN",
     ),
     Backend(
+        "landmarks",
+        "dwpose",
+        ("torch", "cv2"),
+        (("dwpose/dw-ll_ucoco_384.pth", "dw-ll_ucoco_384.pth"),),
+        note="DWPose RTMPose-l whole-body (upstream MuseTalk's); code Apache-2.0, weights their own terms",
+    ),
+    Backend(
         "mask",
         "landmarks",
         ("cv2",),

@@ -1,9 +1,11 @@
 """68-point facial landmarks inside a tracked face box (precompile stage 3).
 
-Two backends, chosen by `Recipe.landmarks`:
+Three backends, chosen by `Recipe.landmarks`:
 - `dlib`: dlib's shape predictor on the 68-point model that `face-recognition-models`
   ships, so it works offline on a fresh machine;
-- `fan`: face_alignment's 2D-FAN network on weights the user put in the models dir.
+- `fan`: face_alignment's 2D-FAN network on weights the user put in the models dir;
+- `dwpose`: upstream MuseTalk's DWPose (`pipeline/nets/dwpose.py`), face points 23:91 of
+  whole-body inference on the whole frame.
 
 Points are (68, 2) float32 (x, y) in full-frame pixel coordinates (pixel centres at
 integers, as dlib reports them), iBUG-300W order (0-16 jaw, 27-35 nose, 48-67 mouth).
@@ -54,7 +56,7 @@ class Landmarker(Protocol):
 
 
 def load_landmarker(name: str, models_dir: Path | str | None) -> Landmarker:
-    """Load the landmark backend `name` ("dlib" or "fan"); never downloads.
+    """Load the landmark backend `name` ("dlib", "fan" or "dwpose"); never downloads.
 
     Raises ModelMissingError when the weights are not there, ValueError for an
     unknown name or a weights file that is not the expected network.
@@ -64,7 +66,11 @@ def load_landmarker(name: str, models_dir: Path | str | None) -> Landmarker:
     if name == "fan":
         path = find_weights(models_dir, FAN_WEIGHTS, "2D-FAN landmark")
         return FanLandmarker(path)
-    raise ValueError(f"landmarks={name!r} is not one of dlib, fan")
+    if name == "dwpose":
+        from pipeline.nets.dwpose import load_dwpose
+
+        return load_dwpose(models_dir)
+    raise ValueError(f"landmarks={name!r} is not one of dlib, fan, dwpose")
 
 
 def dlib_model_path() -> Path:

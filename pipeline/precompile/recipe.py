@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DETECTORS = ("dlib", "s3fd")
-LANDMARKERS = ("dlib", "fan")
+LANDMARKERS = ("dlib", "fan", "dwpose")
 MASKERS = ("landmarks", "bisenet")
 RENDERERS = ("warp", "musetalk")
 LOOP_MODES = ("pingpong", "cycle")
