@@ -447,8 +447,9 @@ class DWPoseLandmarker:
         scores = np.zeros((len(frames), self.arch.n_keypoints), np.float32)
         for start in range(0, len(frames), BATCH):
             chunk = frames[start : start + BATCH]
-            regions = [box_center_scale(_frame_box(f), self.arch.input_size) for f in chunk]
-            crops = [crop_input(f, c, s, self.arch.input_size) for f, (c, s) in zip(chunk, regions)]
+            size = self.arch.input_size
+            regions = [box_center_scale(_frame_box(f), size) for f in chunk]
+            crops = [crop_input(f, *r, size) for f, r in zip(chunk, regions, strict=True)]
             with torch.inference_mode():
                 sx, sy = self._net(torch.from_numpy(np.stack(crops)).to(self.device))
             locs, vals = decode_simcc(sx.float().cpu().numpy(), sy.float().cpu().numpy())

@@ -135,12 +135,11 @@ def patched_modules(names: list[str]):
 def build_reference(arch: dwpose.Arch):
     """mmpose's TopdownPoseEstimator for DWPose's config (scaled by `arch`), plus the
     reference's data pipeline pieces, as a namespace."""
+    import mmcv.cnn.bricks  # noqa: F401  (the real bricks: activation, norm, conv builders)
     import torch
     from mmengine.model import BaseModule, ImgDataPreprocessor
     from mmengine.model.utils import revert_sync_batchnorm
     from mmengine.structures import InstanceData
-
-    import mmcv.cnn.bricks  # noqa: F401  (the real bricks: activation, norm, conv builders)
 
     ref = types.SimpleNamespace()
     models, codecs = Registry(), Registry()
@@ -601,3 +600,29 @@ def test_wrong_checkpoint_names_the_file(tmp_path):
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="not a readable PyTorch checkpoint"):
         load_landmarker("dwpose", tmp_path)
+
+
+def test_precompile_with_dwpose_keys_on_the_weights(small_models, tmp_path):
+    """The landmarks stage runs on DWPose, and other weights under the same name are
+    another landmarks key (the file's digest is the model identity)."""
+    import torch
+
+    from cachestore.store import forget_store, open_store
+    from pipeline.precompile.recipe import Recipe
+    from pipeline.precompile.run import precompile
+    from pipeline.synthetic import write_loop_video
+
+    loop = write_loop_video(tmp_path / "loop.mp4", n_frames=2, size=(360, 640), motion="gentle")
+    store = open_store(tmp_path / "store")
+    try:
+        recipe = Recipe(landmarks="dwpose", models_dir=small_models, max_frames=2)
+        first = precompile(loop, recipe, store)
+        assert "landmarks" in [s.name for s in first.stages if not s.hit]
+        path = small_models / "dwpose" / "dw-ll_ucoco_384.pth"
+        state = torch.load(path, weights_only=True)
+        state["state_dict"]["head.cls_x.weight"] += 0.01
+        torch.save(state, path)
+        second = precompile(loop, recipe, store)
+        assert [s.name for s in second.stages if not s.hit][:3] == ["landmarks", "crops", "masks"]
+    finally:
+        forget_store(tmp_path / "store")
