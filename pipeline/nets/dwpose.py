@@ -462,13 +462,9 @@ class DWPoseLandmarker:
         return self.predict_batch([frame_rgb], np.asarray(box)[None])[0]
 
     def predict_batch(self, frames: Sequence[np.ndarray], boxes: np.ndarray) -> np.ndarray:
-        from pipeline.nets.landmarks import _check_box
+        from pipeline.nets.landmarks import check_boxes
 
-        boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-        if len(frames) != len(boxes):
-            raise ValueError(f"{len(frames)} frames but {len(boxes)} boxes; pass one box per frame")
-        for b in boxes:
-            _check_box(b)
+        check_boxes(frames, boxes)  # upstream's points do not depend on the box
         return self.keypoints(frames)[0][:, FACE].copy()
 
 

@@ -89,6 +89,16 @@ def dlib_model_path() -> Path:
     return path
 
 
+def check_boxes(frames: Sequence[np.ndarray], boxes: np.ndarray) -> np.ndarray:
+    """(N, 4) float64 boxes, one per frame, each checked by `_check_box`."""
+    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    if len(frames) != len(boxes):
+        raise ValueError(f"{len(frames)} frames but {len(boxes)} boxes; pass one box per frame")
+    for box in boxes:
+        _check_box(box)
+    return boxes
+
+
 def _check_box(box: np.ndarray) -> np.ndarray:
     b = np.asarray(box, dtype=np.float64).reshape(-1)
     if b.shape != (4,) or not np.isfinite(b).all() or b[2] <= b[0] or b[3] <= b[1]:
@@ -140,9 +150,7 @@ class FanLandmarker:
     def predict_batch(self, frames: Sequence[np.ndarray], boxes: np.ndarray) -> np.ndarray:
         import torch
 
-        boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-        if len(frames) != len(boxes):
-            raise ValueError(f"{len(frames)} frames but {len(boxes)} boxes; pass one box per frame")
+        boxes = check_boxes(frames, boxes)
         out = np.zeros((len(frames), N_POINTS, 2), np.float32)
         for start in range(0, len(frames), FAN_BATCH):
             geo, crops = [], []

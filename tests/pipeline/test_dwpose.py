@@ -27,7 +27,16 @@ from pipeline.nets.landmarks import load_landmarker
 from pipeline.nets.models import ModelMissingError
 
 ROOT = Path(__file__).resolve().parents[2]
-REFERENCE = Path(os.environ.get("HOTPLATE_REFERENCE") or ROOT / ".." / "shared" / "reference")
+# shared/ beside the checkout (CI, /work/main); a worktree under /work/wt/ finds it one
+# level further up; HOTPLATE_REFERENCE overrides both.
+REFERENCE = Path(
+    os.environ.get("HOTPLATE_REFERENCE")
+    or next(
+        (p for p in (ROOT / ".." / "shared" / "reference", ROOT / "../../shared/reference")
+         if p.is_dir()),
+        ROOT / ".." / "shared" / "reference",
+    )
+)  # fmt: skip
 MMPOSE = REFERENCE / "mmpose"
 SMALL = dwpose.Arch(widen=0.25, deepen=0.34)  # 1 block per stage, 256 channels at the end
 FACE_BOX = np.array([175.0, 76.0, 265.0, 166.0])  # the astronaut's face
