@@ -26,6 +26,12 @@ from pipeline.nets import dwpose
 from pipeline.nets.landmarks import load_landmarker
 from pipeline.nets.models import ModelMissingError
 
+# mmengine/mmcv import torch.jit.script and the reference's SPP uses torch.cuda.amp.autocast,
+# both deprecated: noise about the reference, not about the port.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:`torch.jit:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:`torch.cuda.amp.autocast:FutureWarning"),
+]
 ROOT = Path(__file__).resolve().parents[2]
 # shared/ beside the checkout (CI, /work/main); a worktree under /work/wt/ finds it one
 # level further up; HOTPLATE_REFERENCE overrides both.
