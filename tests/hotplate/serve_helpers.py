@@ -1,0 +1,104 @@
+"""A real `hotplate serve` in a subprocess on 127.0.0.1 and a free port, and small
+generated personas for it (shared by tests/hotplate/test_serve_*.py and bench_serve)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from pipeline.synthetic import make_speech_audio, write_loop_video, write_still, write_wav
+
+SIZE = (270, 480)
+READY_TIMEOUT = 180.0  # workers spawn and import torch on a busy 2-core machine
+
+
+def make_world(root: Path, attires: tuple[str, ...] = ("studio",), n_frames: int = 8) -> Path:
+    """personas/astro with one loop per attire and a still portrait."""
+    folder = root / "personas" / "astro"
+    folder.mkdir(parents=True, exist_ok=True)
+    for attire in attires:
+        write_loop_video(folder / f"{attire}.mp4", n_frames=n_frames, size=SIZE)
+    write_still(folder / "portrait.png", size=SIZE)
+    return root
+
+
+def speech(path: Path, seconds: float, seed: int = 0) -> Path:
+    return write_wav(path, make_speech_audio(seconds, seed=seed), 16000)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`python -m hotplate.cli ... serve` with its log in root/serve-<port>.log."""
+
+    def __init__(self, root: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.root, self.args, self.port = root, args, free_port()
+        self.env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Server:
+        self.log = open(self.root / f"serve-{self.port}.log", "wb")
+        cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(self.root / "personas")]
+        cmd += ["--cache", str(self.root / "cache"), "serve", "--port", str(self.port)]
+        self.proc = subprocess.Popen(
+            [*cmd, *self.args], cwd=self.root, env=self.env, stdout=self.log, stderr=self.log
+        )
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited {self.proc.returncode}: {self.log_text()}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=5).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"server not ready in {READY_TIMEOUT} s: {self.log_text()}")
+
+    def log_text(self) -> str:
+        return (self.root / f"serve-{self.port}.log").read_text(errors="replace")[-3000:]
+
+    def client(self, **kw) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=kw.pop("timeout", 300.0), **kw)
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        self.log.close()
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def wait_state(client: httpx.Client, job_id: str, states: tuple[str, ...], timeout=300.0) -> dict:
+    """Poll a job until its state is one of `states` (generous timeout, no fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/renders/{job_id}").json()
+        if job["state"] in states:
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} never reached {states}: {job}")
