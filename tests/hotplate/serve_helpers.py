@@ -20,11 +20,12 @@ READY_TIMEOUT = 180.0  # workers spawn and import torch on a busy 2-core machine
 
 
 def make_world(root: Path, attires: tuple[str, ...] = ("studio",), n_frames: int = 8) -> Path:
-    """personas/astro with one loop per attire and a still portrait."""
+    """personas/astro with one loop per attire (each its own content: a seed apiece)
+    and a still portrait."""
     folder = root / "personas" / "astro"
     folder.mkdir(parents=True, exist_ok=True)
-    for attire in attires:
-        write_loop_video(folder / f"{attire}.mp4", n_frames=n_frames, size=SIZE)
+    for seed, attire in enumerate(attires):
+        write_loop_video(folder / f"{attire}.mp4", n_frames=n_frames, size=SIZE, seed=seed)
     write_still(folder / "portrait.png", size=SIZE)
     return root
 
