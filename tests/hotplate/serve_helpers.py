@@ -103,3 +103,50 @@ def wait_state(client: httpx.Client, job_id: str, states: tuple[str, ...], timeo
             return job
         time.sleep(0.1)
     raise AssertionError(f"job {job_id} never reached {states}: {job}")
+
+
+def post_render(
+    client: httpx.Client, route: str, wav: Path, headers: dict | None = None, **fields: str
+):
+    """POST persona/attire/... and the audio file as multipart to route."""
+    data = {"persona": "astro", "attire": "studio", **fields}
+    with open(wav, "rb") as f:
+        return client.post(
+            route, data=data, files={"audio": (wav.name, f, "audio/wav")}, headers=headers
+        )
+
+
+def mp4_facts(data: bytes, path: Path) -> dict:
+    """Codecs and duration of an MP4 given as bytes (written to path, then decoded)."""
+    import av
+
+    path.write_bytes(data)
+    with av.open(str(path)) as c:
+        video, audio = c.streams.video[0], c.streams.audio[0]
+        frames = sum(1 for _ in c.decode(video))
+        return {
+            "video": video.codec_context.name,
+            "audio": audio.codec_context.name,
+            "frames": frames,
+            "seconds": frames / float(video.average_rate),
+        }
+
+
+def assert_problem(response: httpx.Response, status: int, *words: str) -> dict:
+    """An RFC 9457 body with this status, one line, no traceback, naming `words`."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body = response.json()
+    assert body["status"] == status and body["title"]
+    assert "Traceback" not in response.text and "\n" not in body["detail"]
+    for word in words:
+        assert word in body["detail"], body["detail"]
+    return body
+
+
+def store_counters(cache: Path) -> dict:
+    """The store's counters (hits, misses), read from another process's view of it."""
+    from cachestore.stats import store_stats
+    from cachestore.store import open_store
+
+    return store_stats(open_store(cache, readonly=True)).counters
