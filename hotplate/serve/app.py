@@ -200,6 +200,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         body = {
             "ready": ready,
             "workers": len(svc.queue.workers),
+            "worker_pids": [w.process.pid for w in svc.queue.workers],
             "queued": svc.queue.queue.qsize(),
         }
         return JSONResponse(body, status_code=200 if ready else 503)
