@@ -47,6 +47,26 @@ class ServeConfig:
         return self.data_dir or cache.with_name(cache.name + "-serve")
 
 
+@dataclass
+class RenderForm:
+    persona: str
+    audio: UploadFile
+    attire: str
+    motion: str | None
+    backend: str | None
+
+
+def render_form(
+    persona: Annotated[str, Form(description="Persona folder name, e.g. ruby.")],
+    audio: Annotated[UploadFile, File(description="WAV, MP3, M4A, FLAC or OGG.")],
+    attire: Annotated[str, Form(description="Attire; the portrait when omitted.")] = "default",
+    motion: Annotated[str | None, Form(description="Motion loop of the attire.")] = None,
+    backend: Annotated[str | None, Form(description="warp or musetalk.")] = None,
+) -> RenderForm:
+    """The multipart fields of a render request (both render routes)."""
+    return RenderForm(persona, audio, attire, motion, backend)
+
+
 class Service:
     """What the routes share: config, the store handle, job records and the queue."""
 
@@ -146,16 +166,12 @@ def create_app(config: ServeConfig) -> FastAPI:
     Svc = Annotated[Service, Depends(service_of)]
     Auth = Depends(require_token)
 
-    async def submit_render(
-        svc: Service,
-        persona: str,
-        attire: str,
-        motion: str | None,
-        backend: str | None,
-        audio: UploadFile,
-    ) -> Job:
-        backend = backend or svc.config.settings.renderer
-        job = await asyncio.to_thread(svc.new_job, "render", persona, attire, motion, backend)
+    async def submit_render(svc: Service, form: RenderForm) -> Job:
+        audio, motion = form.audio, form.motion or None
+        backend = form.backend or svc.config.settings.renderer
+        job = await asyncio.to_thread(
+            svc.new_job, "render", form.persona, form.attire, motion, backend
+        )
         data = svc.config.data
         path = await save_upload(audio, data / "uploads" / job.id, svc.config.max_upload_bytes)
         try:
@@ -227,19 +243,14 @@ def create_app(config: ServeConfig) -> FastAPI:
 
     @app.post("/v1/lip-sync", tags=["renders"], dependencies=[Auth], response_class=FileResponse)
     async def lip_sync_route(
-        svc: Svc,
-        persona: Annotated[str, Form()],
-        audio: Annotated[UploadFile, File()],
-        attire: Annotated[str, Form()] = "default",
-        motion: Annotated[str | None, Form()] = None,
-        backend: Annotated[str | None, Form()] = None,
+        svc: Svc, form: Annotated[RenderForm, Depends(render_form)]
     ) -> FileResponse:
         """Render and wait: returns the MP4. Cold avatars are precompiled first.
 
         Headers: X-Hotplate-Cache (hit or jit), X-Hotplate-Jit-Seconds,
         X-Hotplate-First-Frame-Seconds, X-Hotplate-Total-Seconds, X-Hotplate-Job.
         """
-        job = await submit_render(svc, persona, attire, motion or None, backend or None, audio)
+        job = await submit_render(svc, form)
         while job.state not in FINISHED:
             await svc.queue.wait(job, snapshot(job), 30.0)
         if job.state != "done":
@@ -258,15 +269,10 @@ def create_app(config: ServeConfig) -> FastAPI:
 
     @app.post("/v1/renders", tags=["renders"], dependencies=[Auth], status_code=202)
     async def create_render(
-        svc: Svc,
-        persona: Annotated[str, Form()],
-        audio: Annotated[UploadFile, File()],
-        attire: Annotated[str, Form()] = "default",
-        motion: Annotated[str | None, Form()] = None,
-        backend: Annotated[str | None, Form()] = None,
+        svc: Svc, form: Annotated[RenderForm, Depends(render_form)]
     ) -> JSONResponse:
         """Queue a render; poll the status URL or follow its events."""
-        job = await submit_render(svc, persona, attire, motion or None, backend or None, audio)
+        job = await submit_render(svc, form)
         return JSONResponse(
             job.public(), status_code=202, headers={"Location": f"/v1/renders/{job.id}"}
         )
