@@ -106,10 +106,12 @@ def main() -> None:
 
 
 def _register_daemon_commands() -> None:
+    from hotplate.cli_serve import serve  # light: FastAPI and uvicorn load when it runs
     from hotplate.cli_watch import sync, watch  # light: heavy work happens in workers
 
     cli.add_command(watch)
     cli.add_command(sync)
+    cli.add_command(serve)
 
 
 def source_options(fn):

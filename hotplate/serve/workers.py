@@ -1,0 +1,166 @@
+"""Render worker processes: each opens the store once and keeps the models it loads.
+
+Like the watcher's workers (watcher/worker.py) they are spawned, never forked (LMDB
+and torch must be opened fresh), die with the server (PR_SET_PDEATHSIG) and keep models
+in pipeline/nets/modelcache.py for as long as they live. One job at a time, on a pipe:
+
+    server -> worker   (job_id, kind, fields, recipe)   or None to exit
+    worker -> server   ("ready", pid) once, then per job
+                       ("progress", job_id, step, done, total) ...
+                       ("ok", job_id, result) | ("error", job_id, http_status, one_line)
+
+kind "render" runs pipeline.render.job.lip_sync (the entry point `hotplate render`
+uses); kind "precompile" runs pipeline.precompile.run.precompile on the resolved source.
+Cancelling a running job kills its worker; the pool starts another.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from watcher.worker import _one_line, die_with_parent
+
+
+def status_for(exc: BaseException) -> int:
+    """The HTTP status an exception from a job maps to (4xx: the request's fault)."""
+    from pipeline.nets.models import ModelMissingError
+    from pipeline.personas import PersonaError
+    from pipeline.render.audio import AudioError
+
+    if isinstance(exc, PersonaError):
+        return 404
+    if isinstance(exc, AudioError):
+        return 415 if "decode" in str(exc) or "no audio stream" in str(exc) else 422
+    if isinstance(exc, ModelMissingError):
+        return 503
+    if isinstance(exc, LookupError):
+        return 409
+    if isinstance(exc, ValueError):  # MediaError, NoFaceError, bad options
+        return 422
+    return 500
+
+
+class Throttle:
+    """Sends a progress message when the step changes or a whole percent passes."""
+
+    def __init__(self, conn: Any, job_id: str) -> None:
+        self.conn, self.job_id, self.last = conn, job_id, (None, -1)
+
+    def __call__(self, step: str, done: int, total: int) -> None:
+        percent = int(100 * done / total) if total else 0
+        if (step, percent) != self.last:
+            self.last = (step, percent)
+            self.conn.send(("progress", self.job_id, step, done, total))
+
+
+def run_job(store: Any, settings: dict[str, Any], kind: str, fields: dict, recipe: Any, progress):
+    """One job's result dict; raises what lip_sync or precompile raise."""
+    personas, models = Path(settings["personas"]), settings["models"]
+    if kind == "render":
+        from pipeline.render.job import LipSyncRequest, lip_sync
+
+        request = LipSyncRequest(**fields)
+        outcome = lip_sync(
+            store, personas, recipe, request, models, settings["loop"], progress=progress
+        )
+        return {
+            "avatar": outcome.avatar,
+            "jit": outcome.jit,
+            "jit_seconds": outcome.jit_seconds,
+            "first_frame_seconds": outcome.first_frame_seconds,
+            "frames": outcome.render.frames,
+            "audio_seconds": outcome.render.audio_seconds,
+        }
+    from pipeline.catalog import recipe_for
+    from pipeline.personas import resolve
+    from pipeline.precompile.run import precompile
+
+    found = resolve(personas, fields["persona"], fields["attire"], fields.get("motion"))
+    report = precompile(
+        found.path,
+        recipe_for(personas, found.persona, recipe),
+        store,
+        progress=lambda stage, done, total: progress(stage, done, total),
+    )
+    return {"avatar": report.avatar, "jit": not report.hit, "frames": report.counts.get("frames")}
+
+
+def worker_main(conn: Any, settings: dict[str, Any], parent: int) -> None:
+    """Entry point of a spawned render worker."""
+    die_with_parent()
+    if os.getppid() != parent:
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
+    from cachestore.store import open_store
+
+    store = open_store(settings["cache"])
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        job_id, kind, fields, recipe = msg
+        try:
+            result = run_job(store, settings, kind, fields, recipe, Throttle(conn, job_id))
+        except Exception as exc:
+            conn.send(("error", job_id, status_for(exc), _one_line(exc)))
+        else:
+            conn.send(("ok", job_id, result))
+
+
+class RenderWorker:
+    """The server's handle on one worker process (blocking calls: run them in a thread)."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = settings
+        self.process: Any = None
+        self.conn: Any = None
+
+    def start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(
+            target=worker_main,
+            args=(child, self.settings, os.getpid()),
+            name="hotplate-render-worker",
+            daemon=True,
+        )
+        self.process.start()
+        child.close()
+        ready = self.recv()
+        if ready is None or ready[0] != "ready":
+            raise RuntimeError(f"render worker failed to start (exit code {self.exitcode()})")
+
+    def send(self, message: Any) -> None:
+        self.conn.send(message)
+
+    def recv(self) -> Any:
+        """The next message, or None when the worker died."""
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return None
+
+    def exitcode(self) -> int | None:
+        self.process.join(timeout=5)
+        return self.process.exitcode
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            self.process.kill()
+        self.exitcode()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self.process.join(timeout=10)
+        self.kill()

@@ -1,0 +1,70 @@
+"""The page in a real browser: Playwright drives Debian's chromium (never downloaded)
+against a real `hotplate serve`: pick a persona, upload a WAV, watch the video play."""
+
+import os
+import shutil
+
+import pytest
+
+from tests.hotplate.serve_helpers import Server, make_world, speech, wait_state
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+AUDIO_SECONDS = 2.0
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (just setup installs it)"),
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = make_world(tmp_path_factory.mktemp("browser"), attires=("studio", "navy"))
+    with Server(root, "--workers", "1") as srv:
+        with srv.client() as c:  # one attire hot ahead of time: the gallery shows its frame 0
+            job = c.post("/v1/precompile", data={"persona": "astro", "attire": "navy"}).json()
+            assert wait_state(c, job["id"], ("done", "failed"))["state"] == "done"
+        yield srv
+
+
+def test_pick_a_persona_upload_a_wav_and_the_video_plays(server, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    wav = speech(tmp_path / "line.wav", AUDIO_SECONDS)
+    args = ["--no-sandbox"] if os.geteuid() == 0 else []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
+        page = browser.new_page(viewport={"width": 1360, "height": 980})
+        errors = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(server.url + "/")
+        hot_card = page.get_by_test_id("card-astro-navy")
+        hot_card.wait_for(timeout=60_000)
+        assert hot_card.locator(".badge").inner_text().lower() == "hot"
+        page.wait_for_function(
+            "() => { const i = document.querySelector('[data-testid=card-astro-navy] img');"
+            " return i && i.complete && i.naturalWidth > 0; }",
+            timeout=60_000,
+        )
+        assert (
+            page.get_by_test_id("card-astro-studio").locator(".badge").inner_text().lower()
+            == "cold"
+        )
+
+        page.get_by_test_id("card-astro-studio").click()  # cold: the render precompiles first
+        page.set_input_files("#audio", str(wav))
+        page.click("#render")
+        page.wait_for_function(
+            "() => document.getElementById('player').readyState >= 2", timeout=240_000
+        )
+        duration = page.evaluate("document.getElementById('player').duration")
+        assert abs(duration - AUDIO_SECONDS) <= 0.1, duration
+        assert page.inner_text("#progress-pct") == "100%"
+        page.wait_for_selector("#renders tr .pill.done", timeout=30_000)
+        page.get_by_test_id("card-astro-studio").locator(".badge").filter(has_text="hot").wait_for(
+            timeout=30_000
+        )
+        page.screenshot(path=str(tmp_path / "studio.png"), full_page=True)
+        browser.close()
+    assert errors == []
+    assert (tmp_path / "studio.png").stat().st_size > 10_000
