@@ -62,6 +62,12 @@ class HotplateGroup(click.Group):
     type=click.Path(path_type=Path, dir_okay=False),
     help="Settings file [default ./hotplate.toml if present].",
 )
+@click.option(
+    "--flight-wait",
+    type=float,
+    help="Seconds to wait for another process precompiling the same avatar "
+    "[env HOTPLATE_FLIGHT_WAIT; default 900].",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 @click.pass_context
 def cli(
@@ -70,6 +76,7 @@ def cli(
     cache: Path | None,
     models: Path | None,
     config: Path | None,
+    flight_wait: float | None,
     debug: bool,
 ) -> None:
     """Keep talking-head avatar assets hot for real-time lip-sync.
@@ -79,7 +86,9 @@ def cli(
     """
     ctx.meta["hotplate.debug"] = debug
     try:
-        ctx.obj = load_settings(config, personas=personas, cache=cache, models=models)
+        ctx.obj = load_settings(
+            config, personas=personas, cache=cache, models=models, flight_wait=flight_wait
+        )
     except SettingsError as exc:
         if debug:
             raise
@@ -160,6 +169,11 @@ def persona_recipe(settings: Settings, path: Path, recipe, given: dict):
     return recipe_for(root, real.relative_to(root).parts[0], recipe)
 
 
+def say(line: str) -> None:
+    """A note for the user on stderr (e.g. whom a precompile waits for)."""
+    click.echo(line, err=True)
+
+
 def summary_table(report) -> None:
     from hotplate.output import human_bytes
 
@@ -202,6 +216,8 @@ def precompile(
                 store,
                 force=force,
                 progress=bars,
+                flight_wait=settings.flight_wait,
+                on_wait=say,
             )
         except USER_ERRORS as exc:
             if ctx.meta.get("hotplate.debug") or len(paths) == 1:
@@ -287,13 +303,15 @@ def render(
     bars = StageBars()
     try:
         outcome = lip_sync(
-            open_cache(settings),
+            open_cache(settings, fallback_readonly=True),
             settings.personas,
             recipe,
             request,
             models_dir=settings.models,
             default_loop=settings.loop,
             progress=bars,
+            flight_wait=settings.flight_wait,
+            on_wait=say,
         )
     finally:
         bars.close()

@@ -16,7 +16,10 @@ def settings_of(ctx: click.Context) -> Settings:
     return ctx.find_object(Settings)
 
 
-def open_cache(settings: Settings, readonly: bool = False):
+def open_cache(settings: Settings, readonly: bool = False, fallback_readonly: bool = False):
+    """The store; with fallback_readonly, a store this user cannot write opens read-only
+    (a hot render, resolve and ls need no write access)."""
+    from cachestore.errors import StoreNotWritableError
     from cachestore.store import open_store
 
     # a cache path that is a file goes on to open_store, which names the problem
@@ -24,7 +27,12 @@ def open_cache(settings: Settings, readonly: bool = False):
         raise FileNotFoundError(
             f"no store at {settings.cache} yet; run `hotplate precompile` or `hotplate sync` first"
         )
-    return open_store(settings.cache, readonly=readonly)
+    try:
+        return open_store(settings.cache, readonly=readonly)
+    except StoreNotWritableError:
+        if not fallback_readonly or not (settings.cache / "data.mdb").exists():
+            raise
+        return open_store(settings.cache, readonly=True)
 
 
 def source_options(fn):

@@ -6,6 +6,7 @@ what it needs. Registered on the group by `hotplate/cli.py`, like `cli_watch.py`
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -16,12 +17,30 @@ from hotplate.cli_common import open_cache, settings_of, source_options
 from hotplate.output import human_bytes, table
 from hotplate.settings import Settings
 
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON object (stable keys) for scripts."
+)
+
+
+def echo_json(value: object) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+def present(settings: Settings) -> bool:
+    return (settings.cache / "data.mdb").exists() or settings.cache.is_file()
+
 
 @click.command()
 @source_options
+@json_option
 @click.pass_context
 def resolve(
-    ctx: click.Context, persona: str, attire: str, motion: str | None, video: Path | None
+    ctx: click.Context,
+    persona: str,
+    attire: str,
+    motion: str | None,
+    video: Path | None,
+    as_json: bool,
 ) -> None:
     """Print the source file, its digest, the avatar key and whether it is hot."""
     from pipeline.catalog import plan_for
@@ -29,16 +48,28 @@ def resolve(
 
     settings = settings_of(ctx)
     found = resolve_source(settings.personas, persona, attire, motion, video)
-    present = (settings.cache / "data.mdb").exists() or settings.cache.is_file()
-    store = open_cache(settings) if present else None
+    store = open_cache(settings, fallback_readonly=True) if present(settings) else None
     p = plan_for(store, found.path, settings.recipe.for_persona(found.options))
     hot = store is not None and store.get_avatar(p.avatar) is not None
+    why = None if hot or store is None else why_cold(store, p)
+    if as_json:
+        echo_json(
+            {
+                "source": str(found.path),
+                "rule": found.rule,
+                "digest": p.source_digest,
+                "avatar": p.avatar,
+                "state": "hot" if hot else "cold",
+                "why": why,
+            }
+        )
+        return
     click.echo(f"source   {found.path}  ({found.rule})")
     click.echo(f"digest   {p.source_digest}")
     click.echo(f"avatar   {p.avatar}")
     click.echo(f"state    {'hot' if hot else 'cold'}")
-    if not hot and store is not None:
-        click.echo(f"why      {why_cold(store, p)}")
+    if why:
+        click.echo(f"why      {why}")
 
 
 def why_cold(store, p) -> str:
@@ -52,79 +83,128 @@ def why_cold(store, p) -> str:
 
 
 @click.command(name="ls")
+@json_option
 @click.pass_context
-def ls_cmd(ctx: click.Context) -> None:
+def ls_cmd(ctx: click.Context, as_json: bool) -> None:
     """List personas, attires and motions, hot or cold, with their size in the store."""
     from pipeline.catalog import iter_sources, plan_for, recipe_for
 
     settings = settings_of(ctx)
-    present = (settings.cache / "data.mdb").exists() or settings.cache.is_file()
-    store = open_cache(settings) if present else None
-    rows = []
+    store = open_cache(settings, fallback_readonly=True) if present(settings) else None
+    found = []
     for src in iter_sources(settings.personas):
         p = plan_for(store, src.path, recipe_for(settings.personas, src.persona, settings.recipe))
         avatar = store.get_avatar(p.avatar) if store else None
         size = sum(store.get_stage(k).nbytes for k in avatar["stages"].values()) if avatar else 0
-        rows.append(
-            (
-                src.persona,
-                src.attire,
-                src.motion,
-                src.kind,
-                "hot" if avatar else "cold",
-                human_bytes(size) if avatar else "-",
-                src.path.name,
-            )
+        found.append(
+            {
+                "persona": src.persona,
+                "attire": src.attire,
+                "motion": src.motion,
+                "kind": src.kind,
+                "state": "hot" if avatar else "cold",
+                "bytes": size,
+                "file": str(src.path),
+                "avatar": p.avatar,
+            }
         )
-    if not rows:
+    if as_json:
+        echo_json({"personas": str(settings.personas), "sources": found})
+        return
+    if not found:
         click.echo(f"no personas in {settings.personas}; see personas/README.md for the layout")
         return
-    table(("persona", "attire", "motion", "kind", "state", "size", "file"), rows)
+    columns = ("persona", "attire", "motion", "kind", "state")
+    rows = [
+        (
+            *(f[c] for c in columns),
+            human_bytes(f["bytes"]) if f["state"] == "hot" else "-",
+            Path(f["file"]).name,
+        )
+        for f in found
+    ]
+    table((*columns, "size", "file"), rows)
 
 
 @click.command()
+@json_option
 @click.pass_context
-def status(ctx: click.Context) -> None:
-    """Store statistics and, when the watcher runs, daemon health."""
-    from cachestore.stats import store_stats
-
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Store statistics, live render leases and, when the watcher runs, daemon health."""
     settings = settings_of(ctx)
+    facts = store_facts(settings)
+    if as_json:
+        facts["daemon"] = daemon_lines(settings)
+        echo_json(facts)
+        return
     click.echo(f"store    {settings.cache}")
-    if not (settings.cache / "data.mdb").exists() and not settings.cache.is_file():
+    if not facts["present"]:
         click.echo("         (empty: nothing precompiled yet)")
     else:
-        stats = store_stats(open_cache(settings, readonly=True))
         click.echo(
-            f"file     {human_bytes(stats.file_bytes)} on disk, map {human_bytes(stats.map_size)}"
+            f"file     {human_bytes(facts['file_bytes'])} on disk, "
+            f"map {human_bytes(facts['map_size'])}"
         )
         table(
             ("db", "entries", "bytes"),
-            [(db, stats.entries[db], human_bytes(stats.bytes[db])) for db in stats.entries],
+            [(db, n, human_bytes(facts["bytes"][db])) for db, n in facts["entries"].items()],
         )
         counters = (
             ", ".join(
                 f"{k} {human_bytes(v) if k.startswith('bytes') else v}"
-                for k, v in sorted(stats.counters.items())
+                for k, v in sorted(facts["counters"].items())
             )
             or "none"
         )
         click.echo(f"counters {counters}")
-        if stats.last_gc:
-            g = stats.last_gc
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(g["time"]))
+        if facts["last_gc"]:
+            g = facts["last_gc"]
             click.echo(
-                f"last gc  {when}: deleted {g['deleted']} of {g['of']} entries, reclaimed {human_bytes(g['reclaimed'])}"
+                f"last gc  {clock(g['time'])}: deleted {g['deleted']} of {g['of']} entries, "
+                f"reclaimed {human_bytes(g['reclaimed'])}"
             )
-    daemon_status(settings)
+    for lease in facts["leases"]:
+        click.echo(
+            f"lease    pid {lease['pid']} ({lease['command']}) since {clock(lease['since'])}: "
+            f"{', '.join(k[:16] for k in lease['keys'])}"
+        )
+    for line in daemon_lines(settings):
+        click.echo(line)
 
 
-def daemon_status(settings: Settings) -> None:
+def clock(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def store_facts(settings: Settings) -> dict:
+    """What `status` shows, as plain data: the --json output and the text's source."""
+    from cachestore.leases import live_leases
+    from cachestore.stats import store_stats
+
+    facts: dict = {"store": str(settings.cache), "present": present(settings)}
+    if facts["present"]:
+        stats = store_stats(open_cache(settings, readonly=True))
+        facts.update(
+            file_bytes=stats.file_bytes,
+            map_size=stats.map_size,
+            entries=stats.entries,
+            bytes=stats.bytes,
+            counters=stats.counters,
+            last_gc=stats.last_gc,
+        )
+    facts["leases"] = [
+        {**info.holder.record(), "keys": list(info.keys)}
+        for info in live_leases(settings.cache, clean=False)
+    ]
+    return facts
+
+
+def daemon_lines(settings: Settings) -> list[str]:
     try:
         from watcher.health import describe
     except ImportError:  # the watcher is optional for status
-        return
-    for line in describe(settings.cache):
-        click.echo(line)
+        return []
+    return describe(settings.cache)
 
 
 @click.command()
@@ -205,16 +285,29 @@ def parse_size(text: str | None) -> int | None:
 
 
 @click.command()
+@json_option
 @click.pass_context
-def verify(ctx: click.Context) -> None:
+def verify(ctx: click.Context, as_json: bool) -> None:
     """Check every manifest's blobs exist and match their checksums; exit 1 on damage."""
     from cachestore.verify import verify as verify_store
 
     store = open_cache(settings_of(ctx), readonly=True)
     checked, problems = verify_store(store)
-    for problem in problems:
-        click.echo(str(problem))
-    click.echo(f"checked {checked} manifests: {len(problems)} problems")
+    if as_json:
+        echo_json(
+            {
+                "store": str(store.path),
+                "checked": checked,
+                "ok": not problems,
+                "problems": [
+                    {"kind": p.kind, "where": p.where, "detail": p.detail} for p in problems
+                ],
+            }
+        )
+    else:
+        for problem in problems:
+            click.echo(str(problem))
+        click.echo(f"checked {checked} manifests: {len(problems)} problems")
     if problems:
         sys.exit(1)
 
