@@ -105,7 +105,19 @@ def precompile(
     ) as waited:
         if waited and not force and _hit(store, keys, report):  # the holder just made it
             return report
-        return _miss(path, recipe, store, keys, report, force, progress)
+        store.count("misses")
+        for attempt in range(2):
+            try:
+                return _build(path, recipe, store, keys, report, force, progress)
+            except MissingStageError:
+                if attempt:  # gc removed a fresh stage twice in a row: give up loudly
+                    raise
+                report.stages.clear()
+            except BaseException:
+                # a failed precompile leaves no manifest behind (a kill -9 may: each is whole)
+                store.discard_stages([s.key for s in report.stages if not s.hit])
+                raise
+        raise AssertionError("unreachable")
 
 
 def _waiting_line(holder: Holder | None, path: Path) -> str:
@@ -126,30 +138,6 @@ def _hit(store: Store, keys: Plan, report: PrecompileReport) -> bool:
         store.count("hits")
         store.touch(keys.avatar)
     return True
-
-
-def _miss(
-    path: Path,
-    recipe: Recipe,
-    store: Store,
-    keys: Plan,
-    report: PrecompileReport,
-    force: bool,
-    progress: Progress,
-) -> PrecompileReport:
-    store.count("misses")
-    for attempt in range(2):
-        try:
-            return _build(path, recipe, store, keys, report, force, progress)
-        except MissingStageError:
-            if attempt:  # gc removed a fresh stage twice in a row: give up loudly
-                raise
-            report.stages.clear()
-        except BaseException:
-            # a failed precompile leaves no manifest behind (a kill -9 may: each is whole)
-            store.discard_stages([s.key for s in report.stages if not s.hit])
-            raise
-    raise AssertionError("unreachable")
 
 
 def _build(
