@@ -46,7 +46,11 @@ class Holder:
 
     @classmethod
     def me(cls) -> Holder:
-        return cls(os.getpid(), " ".join(sys.argv) or sys.executable, time.time())
+        argv = [os.path.basename(sys.argv[0]), *sys.argv[1:]] if sys.argv else [sys.executable]
+        command = " ".join(argv)
+        return cls(
+            os.getpid(), command[:117] + "..." if len(command) > 120 else command, time.time()
+        )
 
     @classmethod
     def read(cls, fd: int) -> Holder | None:

@@ -66,13 +66,16 @@ def cli_args(world: Path, *args: str) -> list[str]:
     ]
 
 
-def hotplate(world: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def hotplate(
+    world: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Run `hotplate ARGS` on the world's personas and cache; env adds variables."""
     return subprocess.run(
         cli_args(world, *args),
         capture_output=True,
         text=True,
         cwd=world,
-        env=clean_env(world),
+        env={**clean_env(world), **(env or {})},
         timeout=timeout,
     )
 

@@ -66,15 +66,17 @@ def test_a_waiter_names_the_holder_and_builds_once_the_holder_is_killed(world):
     assert as_json(hotplate(world, "verify", "--json"))["problems"] == []
 
 
-def test_a_wait_past_its_limit_is_one_clear_line(world):
+@pytest.mark.parametrize("given", ["flag", "env"])
+def test_a_wait_past_its_limit_is_one_clear_line(world, given):
     holder = start_holder(world)
+    limit = ["--flight-wait", "1"] if given == "flag" else []
     try:
         result = hotplate(
             world,
-            "--flight-wait",
-            "1",
+            *limit,
             "precompile",
             str(world / "personas" / "astro" / "studio.mp4"),
+            env={} if limit else {"HOTPLATE_FLIGHT_WAIT": "1"},
         )
     finally:
         holder.kill()
