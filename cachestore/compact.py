@@ -1,7 +1,8 @@
 """Compaction: LMDB files never shrink, so write a compacted copy and swap it in.
 
 Every open Store holds a shared flock on `hold.lock`; compaction takes it exclusively
-(without waiting), so it runs only when no other process has the store open. The
+(without waiting), so it runs only when no other process has the store open. A live
+render lease is refused first, by name, so the user learns which render to wait for. The
 copy is written beside the store and moved over `data.mdb` with one rename.
 """
 
@@ -15,15 +16,22 @@ from pathlib import Path
 import lmdb
 
 from cachestore.errors import StoreBusyError
+from cachestore.leases import live_leases
 from cachestore.store import forget_store
 
 
 def compact(path: str | os.PathLike) -> tuple[int, int]:
     """Rewrite the store at path compactly; returns (bytes before, bytes after).
 
-    Raises StoreBusyError when another process has the store open.
+    Raises StoreBusyError when a render holds a lease or another process has the store open.
     """
     path = Path(path).resolve()
+    leases = live_leases(path)
+    if leases:
+        raise StoreBusyError(
+            f"{path} is being read under {len(leases)} lease(s), first by {leases[0].holder}; "
+            f"wait for it to finish and run gc --compact again"
+        )
     forget_store(path)  # our own handle would block the exclusive hold
     fd = os.open(path / "hold.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -3,7 +3,8 @@
 Roots come from the caller (the avatar keys of the files now in the personas folder
 under the current recipe). The whole decision and every deletion happen in one
 write transaction, so a concurrent writer sees the store before or after gc, never
-between; a render's read transaction keeps its snapshot.
+between. A render reads in many transactions, so it leases its avatar
+(`cachestore/leases.py`): live leases are roots that even `max_size` never evicts.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from cachestore.errors import StoreNotWritableError
+from cachestore.leases import gc_barrier, leased_keys, live_leases
 from cachestore.store import Store, pack, unpack
 
 DAY = 24 * 3600.0
@@ -50,24 +53,29 @@ def collect(
 ) -> GcPlan:
     """Delete unrooted avatars and stages older than `grace` seconds, then unnamed blobs.
 
-    With max_size, also evict least-recently-used unpinned avatars until the bytes of
-    what remains fit. Returns the plan, which a dry run computes without applying.
-    Raises StoreError subclasses from the store; refuses a read-only store.
+    With max_size, also evict least-recently-used unpinned, unleased avatars until the
+    bytes of what remains fit. Avatars named by a live lease are always kept; leases of
+    dead processes are removed. Returns the plan, which a dry run computes without
+    applying. Raises StoreError subclasses from the store; refuses a read-only store.
     """
     if store.readonly and not dry_run:
-        raise PermissionError(f"{store.path} is open read-only; gc needs write access")
+        raise StoreNotWritableError(
+            f"gc cannot write to the store at {store.path} (opened read-only); "
+            f"run it as a user who can write there"
+        )
     now = time.time() if now is None else now
     roots = set(roots)
 
-    def plan_in(txn) -> GcPlan:
-        return _plan(store, txn, roots, grace, max_size, now)
+    def plan_in(txn, leased: set[str]) -> GcPlan:
+        return _plan(store, txn, roots, leased, grace, max_size, now)
 
     if dry_run:
+        leased = {k for info in live_leases(store.path, clean=False) for k in info.keys}
         with store.read() as r:
-            return plan_in(r.txn)
+            return plan_in(r.txn, leased)
 
     def apply(txn) -> GcPlan:
-        plan = plan_in(txn)
+        plan = plan_in(txn, leased)
         for db, keys in (
             ("avatar", plan.avatars),
             ("access", plan.avatars),
@@ -86,11 +94,20 @@ def collect(
         txn.put(b"last_gc", pack(record), db=store.dbs["meta"])
         return plan
 
-    return store.write(apply)
+    # the barrier: a reader leasing after this listing looks only after the commit
+    with gc_barrier(store.path):
+        leased = leased_keys(store.path)
+        return store.write(apply)
 
 
 def _plan(
-    store: Store, txn, roots: set[str], grace: float, max_size: int | None, now: float
+    store: Store,
+    txn,
+    roots: set[str],
+    leased: set[str],
+    grace: float,
+    max_size: int | None,
+    now: float,
 ) -> GcPlan:
     def table(db: str) -> dict[str, tuple[object, int]]:
         with txn.cursor(db=store.dbs[db]) as cur:
@@ -116,10 +133,12 @@ def _plan(
     keep_avatars = {
         k
         for k, (rec, _) in avatars.items()
-        if k in roots or k in pins or recent(max(access.get(k, 0.0), rec["created"]))
+        if k in roots or k in pins or k in leased or recent(max(access.get(k, 0.0), rec["created"]))
     }
     if max_size is not None:
-        keep_avatars = _evict_lru(keep_avatars, avatars, stages, blob_sizes, access, pins, max_size)
+        keep_avatars = _evict_lru(
+            keep_avatars, avatars, stages, blob_sizes, access, pins | leased, max_size
+        )
 
     named_stages = {s for k in keep_avatars for s in avatars[k][0]["stages"].values()}
     keep_stages = {
@@ -139,7 +158,8 @@ def _plan(
 
 
 def _evict_lru(keep, avatars, stages, blob_sizes, access, pins, max_size) -> set[str]:
-    """Drop least-recently-used unpinned avatars until the blobs they need fit max_size."""
+    """Drop least-recently-used avatars not in `pins` (pinned or leased) until the blobs
+    they need fit max_size."""
     keep = set(keep)
     stage_refs = Counter(s for k in keep for s in avatars[k][0]["stages"].values())
     blob_refs = Counter(

@@ -102,6 +102,9 @@ class Store:
         self.readonly = readonly
         self._write_lock = threading.Lock()
         self._check_path()
+        # LMDB's lock file needs write access; a store this user can only read is opened
+        # without it (docs/DESIGN.md: then no writer may run while it is read)
+        self.locked = not readonly or os.access(self.path, os.W_OK)
         self._hold = self._take_shared_hold()
         try:
             self.env = lmdb.open(
@@ -111,7 +114,7 @@ class Store:
                 max_readers=MAX_READERS,
                 readonly=readonly,
                 subdir=True,
-                lock=True,
+                lock=self.locked,
                 create=not readonly,
             )
         except lmdb.InvalidError as exc:
@@ -121,7 +124,8 @@ class Store:
             ) from exc
         except lmdb.Error as exc:
             raise StoreDamagedError(f"cannot open the store at {self.path}: {exc}") from exc
-        self.env.reader_check()  # clear reader slots left by crashed processes
+        if self.locked:
+            self.env.reader_check()  # clear reader slots left by crashed processes
         try:
             self.dbs = {name: self._open_db(name) for name in DATABASES}
             self._check_schema()
@@ -167,7 +171,8 @@ class Store:
         """A shared flock held while open, so `compact` can tell nobody else is using it."""
         if self.readonly and not (self.path / "hold.lock").exists():
             return None
-        fd = os.open(self.path / "hold.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        flags = os.O_RDONLY if self.readonly else os.O_RDWR | os.O_CREAT
+        fd = os.open(self.path / "hold.lock", flags, 0o644)
         fcntl.flock(fd, fcntl.LOCK_SH)
         return fd
 

@@ -1,15 +1,16 @@
-"""The `hotplate` command. Only light modules are imported here so that resolve,
-status, ls and gc start fast; precompile and render import their stages lazily."""
+"""The `hotplate` command: the group, precompile and render. Only light modules are
+imported here so that resolve, status, ls and gc (in cli_store.py) start fast;
+precompile and render import their stages lazily."""
 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import click
 
-from hotplate.output import human_bytes, table
+from hotplate.cli_common import open_cache, settings_of, source_options
+from hotplate.output import table
 from hotplate.settings import Settings, SettingsError, load_settings
 
 # Exceptions whose message is already one line for the user: no traceback for these.
@@ -40,21 +41,6 @@ class HotplateGroup(click.Group):
             sys.exit(1)
 
 
-def settings_of(ctx: click.Context) -> Settings:
-    return ctx.find_object(Settings)
-
-
-def open_cache(settings: Settings, readonly: bool = False):
-    from cachestore.store import open_store
-
-    # a cache path that is a file goes on to open_store, which names the problem
-    if readonly and not settings.cache.is_file() and not (settings.cache / "data.mdb").exists():
-        raise FileNotFoundError(
-            f"no store at {settings.cache} yet; run `hotplate precompile` or `hotplate sync` first"
-        )
-    return open_store(settings.cache, readonly=readonly)
-
-
 @click.group(cls=HotplateGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--personas",
@@ -76,6 +62,12 @@ def open_cache(settings: Settings, readonly: bool = False):
     type=click.Path(path_type=Path, dir_okay=False),
     help="Settings file [default ./hotplate.toml if present].",
 )
+@click.option(
+    "--flight-wait",
+    type=float,
+    help="Seconds to wait for another process precompiling the same avatar "
+    "[env HOTPLATE_FLIGHT_WAIT; default 900].",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 @click.pass_context
 def cli(
@@ -84,6 +76,7 @@ def cli(
     cache: Path | None,
     models: Path | None,
     config: Path | None,
+    flight_wait: float | None,
     debug: bool,
 ) -> None:
     """Keep talking-head avatar assets hot for real-time lip-sync.
@@ -93,7 +86,9 @@ def cli(
     """
     ctx.meta["hotplate.debug"] = debug
     try:
-        ctx.obj = load_settings(config, personas=personas, cache=cache, models=models)
+        ctx.obj = load_settings(
+            config, personas=personas, cache=cache, models=models, flight_wait=flight_wait
+        )
     except SettingsError as exc:
         if debug:
             raise
@@ -105,71 +100,13 @@ def main() -> None:
     cli(prog_name="hotplate")
 
 
-def _register_daemon_commands() -> None:
+def _register_commands() -> None:
     from hotplate.cli_serve import serve  # light: FastAPI and uvicorn load when it runs
+    from hotplate.cli_store import STORE_COMMANDS
     from hotplate.cli_watch import sync, watch  # light: heavy work happens in workers
 
-    cli.add_command(watch)
-    cli.add_command(sync)
-    cli.add_command(serve)
-
-
-def source_options(fn):
-    """--persona/--attire/--motion/--video, shared by resolve and render."""
-    options = [
-        click.option("--persona", required=True, help="Persona folder name, e.g. ruby."),
-        click.option(
-            "--attire",
-            default="default",
-            show_default=True,
-            help="Attire name; 'default' is the portrait.",
-        ),
-        click.option(
-            "--motion", help="Motion loop name, e.g. M1 (default: first in sorted order)."
-        ),
-        click.option(
-            "--video",
-            type=click.Path(path_type=Path, dir_okay=False),
-            help="Use this video instead of the personas folder.",
-        ),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-@cli.command()
-@source_options
-@click.pass_context
-def resolve(
-    ctx: click.Context, persona: str, attire: str, motion: str | None, video: Path | None
-) -> None:
-    """Print the source file, its digest, the avatar key and whether it is hot."""
-    from pipeline.catalog import plan_for
-    from pipeline.personas import resolve as resolve_source
-
-    settings = settings_of(ctx)
-    found = resolve_source(settings.personas, persona, attire, motion, video)
-    present = (settings.cache / "data.mdb").exists() or settings.cache.is_file()
-    store = open_cache(settings) if present else None
-    p = plan_for(store, found.path, settings.recipe.for_persona(found.options))
-    hot = store is not None and store.get_avatar(p.avatar) is not None
-    click.echo(f"source   {found.path}  ({found.rule})")
-    click.echo(f"digest   {p.source_digest}")
-    click.echo(f"avatar   {p.avatar}")
-    click.echo(f"state    {'hot' if hot else 'cold'}")
-    if not hot and store is not None:
-        click.echo(f"why      {why_cold(store, p)}")
-
-
-def why_cold(store, p) -> str:
-    """Name the first stage that is missing, like dagster's stale causes."""
-    for name, key in p.stages.items():
-        if store.get_stage(key) is None:
-            return (
-                f"stage {name} is not in the store (new source, parameter or model from here down)"
-            )
-    return "every stage is present but the avatar manifest is not: a precompile will only link them"
+    for command in (*STORE_COMMANDS, watch, sync, serve):
+        cli.add_command(command)
 
 
 def recipe_flags(fn):
@@ -235,6 +172,11 @@ def persona_recipe(settings: Settings, path: Path, recipe, given: dict):
     return recipe_for(root, real.relative_to(root).parts[0], recipe)
 
 
+def say(line: str) -> None:
+    """A note for the user on stderr (e.g. whom a precompile waits for)."""
+    click.echo(line, err=True)
+
+
 def summary_table(report) -> None:
     from hotplate.output import human_bytes
 
@@ -277,6 +219,8 @@ def precompile(
                 store,
                 force=force,
                 progress=bars,
+                flight_wait=settings.flight_wait,
+                on_wait=say,
             )
         except USER_ERRORS as exc:
             if ctx.meta.get("hotplate.debug") or len(paths) == 1:
@@ -362,13 +306,15 @@ def render(
     bars = StageBars()
     try:
         outcome = lip_sync(
-            open_cache(settings),
+            open_cache(settings, fallback_readonly=True),
             settings.personas,
             recipe,
             request,
             models_dir=settings.models,
             default_loop=settings.loop,
             progress=bars,
+            flight_wait=settings.flight_wait,
+            on_wait=say,
         )
     finally:
         bars.close()
@@ -380,192 +326,7 @@ def render(
     )
 
 
-@cli.command(name="ls")
-@click.pass_context
-def ls_cmd(ctx: click.Context) -> None:
-    """List personas, attires and motions, hot or cold, with their size in the store."""
-    from pipeline.catalog import iter_sources, plan_for, recipe_for
-
-    settings = settings_of(ctx)
-    present = (settings.cache / "data.mdb").exists() or settings.cache.is_file()
-    store = open_cache(settings) if present else None
-    rows = []
-    for src in iter_sources(settings.personas):
-        p = plan_for(store, src.path, recipe_for(settings.personas, src.persona, settings.recipe))
-        avatar = store.get_avatar(p.avatar) if store else None
-        size = sum(store.get_stage(k).nbytes for k in avatar["stages"].values()) if avatar else 0
-        rows.append(
-            (
-                src.persona,
-                src.attire,
-                src.motion,
-                src.kind,
-                "hot" if avatar else "cold",
-                human_bytes(size) if avatar else "-",
-                src.path.name,
-            )
-        )
-    if not rows:
-        click.echo(f"no personas in {settings.personas}; see personas/README.md for the layout")
-        return
-    table(("persona", "attire", "motion", "kind", "state", "size", "file"), rows)
-
-
-@cli.command()
-@click.pass_context
-def status(ctx: click.Context) -> None:
-    """Store statistics and, when the watcher runs, daemon health."""
-    from cachestore.stats import store_stats
-
-    settings = settings_of(ctx)
-    click.echo(f"store    {settings.cache}")
-    if not (settings.cache / "data.mdb").exists() and not settings.cache.is_file():
-        click.echo("         (empty: nothing precompiled yet)")
-    else:
-        stats = store_stats(open_cache(settings, readonly=True))
-        click.echo(
-            f"file     {human_bytes(stats.file_bytes)} on disk, map {human_bytes(stats.map_size)}"
-        )
-        table(
-            ("db", "entries", "bytes"),
-            [(db, stats.entries[db], human_bytes(stats.bytes[db])) for db in stats.entries],
-        )
-        counters = (
-            ", ".join(
-                f"{k} {human_bytes(v) if k.startswith('bytes') else v}"
-                for k, v in sorted(stats.counters.items())
-            )
-            or "none"
-        )
-        click.echo(f"counters {counters}")
-        if stats.last_gc:
-            g = stats.last_gc
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(g["time"]))
-            click.echo(
-                f"last gc  {when}: deleted {g['deleted']} of {g['of']} entries, reclaimed {human_bytes(g['reclaimed'])}"
-            )
-    daemon_status(settings)
-
-
-def daemon_status(settings: Settings) -> None:
-    try:
-        from watcher.health import describe
-    except ImportError:  # the watcher is optional for status
-        return
-    for line in describe(settings.cache):
-        click.echo(line)
-
-
-@cli.command()
-@click.option(
-    "--grace",
-    default=None,
-    type=float,
-    help="Keep anything used within this many hours [default 24].",
-)
-@click.option(
-    "--max-size", help="Evict least-recently-used avatars until the store fits, e.g. 20G, 500M."
-)
-@click.option(
-    "--dry-run", is_flag=True, help="Print exactly what would be deleted, delete nothing."
-)
-@click.option(
-    "--compact",
-    is_flag=True,
-    help="Afterwards rewrite the store file compactly (needs no other process using it).",
-)
-@click.option("--pin", multiple=True, help="Also keep this avatar key (may repeat).")
-@click.pass_context
-def gc(
-    ctx: click.Context,
-    grace: float | None,
-    max_size: str | None,
-    dry_run: bool,
-    compact: bool,
-    pin: tuple[str, ...],
-) -> None:
-    """Delete what no persona needs: unrooted, unused, unpinned entries."""
-    from cachestore.compact import compact as compact_store
-    from cachestore.gc import collect
-    from pipeline.catalog import iter_sources, plan_for, recipe_for
-
-    settings = settings_of(ctx)
-    # a dry run writes nothing: read-only store, --pin keys only count as roots
-    store = open_cache(settings, readonly=dry_run)
-    for key in pin if not dry_run else ():
-        store.put("pin", key, {"time": time.time()})
-    roots = set(pin)
-    for src in iter_sources(settings.personas):
-        try:
-            roots.add(
-                plan_for(
-                    store, src.path, recipe_for(settings.personas, src.persona, settings.recipe)
-                ).avatar
-            )
-        except OSError as exc:  # a file vanished mid-scan: it roots nothing
-            click.echo(f"skipping {src.path}: {exc}", err=True)
-    hours = settings.grace_hours if grace is None else grace
-    plan = collect(store, roots, grace=hours * 3600, max_size=parse_size(max_size), dry_run=dry_run)
-    if dry_run:
-        for line in plan.lines():
-            click.echo(line)
-    verb = "would delete" if dry_run else "deleted"
-    click.echo(
-        f"{verb} {plan.deleted} of {plan.total_entries} entries, "
-        f"reclaimed {human_bytes(plan.reclaimed)} of {human_bytes(plan.total_bytes)}"
-    )
-    if compact and not dry_run:
-        before, after = compact_store(settings.cache)
-        click.echo(f"compacted {human_bytes(before)} -> {human_bytes(after)}")
-
-
-def parse_size(text: str | None) -> int | None:
-    if text is None:
-        return None
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    unit = t[-1] if t and t[-1] in units else ""
-    try:
-        return int(float(t[: len(t) - len(unit)]) * units[unit])
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a size; use e.g. 500M or 20G", param_hint="--max-size"
-        ) from None
-
-
-@cli.command()
-@click.pass_context
-def verify(ctx: click.Context) -> None:
-    """Check every manifest's blobs exist and match their checksums; exit 1 on damage."""
-    from cachestore.verify import verify as verify_store
-
-    store = open_cache(settings_of(ctx), readonly=True)
-    checked, problems = verify_store(store)
-    for problem in problems:
-        click.echo(str(problem))
-    click.echo(f"checked {checked} manifests: {len(problems)} problems")
-    if problems:
-        sys.exit(1)
-
-
-@cli.command()
-@click.pass_context
-def doctor(ctx: click.Context) -> None:
-    """Check Python, packages, backends, weights, codecs and the cache directory."""
-    from hotplate.doctor import run_checks
-
-    failed = 0
-    for check in run_checks(settings_of(ctx)):
-        mark = "ok  " if check.ok else ("warn" if check.optional else "FAIL")
-        failed += not check.ok and not check.optional
-        click.echo(
-            f"{mark}  {check.name}: {check.detail}"
-            + ("" if check.ok else f"\n      fix: {check.fix}")
-        )
-    sys.exit(1 if failed else 0)
-
-
-_register_daemon_commands()
+_register_commands()
 
 if __name__ == "__main__":
     main()

@@ -30,6 +30,11 @@ SETTINGS: dict[str, tuple[type, Any, str]] = {
     "renderer": (str, lambda: "warp", "render backend: warp or musetalk"),
     "loop": (str, lambda: "pingpong", "frame schedule: pingpong or cycle"),
     "grace_hours": (float, lambda: 24.0, "gc keeps anything used within this many hours"),
+    "flight_wait": (
+        float,
+        lambda: 900.0,
+        "seconds a precompile waits for another process building the same avatar",
+    ),
 }
 RECIPE_FIELDS = {f.name for f in fields(Recipe)} - {"models_dir"}
 
@@ -42,6 +47,7 @@ class Settings:
     renderer: str
     loop: str
     grace_hours: float
+    flight_wait: float
     recipe: Recipe = field(default_factory=Recipe)
     config_file: Path | None = None
 

@@ -1,7 +1,16 @@
-"""Hot avatars: read an avatar's assets from the store, and nothing else."""
+"""Hot avatars: read an avatar's assets from the store, and nothing else.
+
+`load_assets` returns frames that decode lazily, one read transaction each, so whoever
+uses the assets holds `lease_avatar` around the load and the use: gc keeps a leased
+avatar whatever its size cap.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from cachestore.leases import Lease
 from cachestore.store import Store
 from pipeline.assets import AvatarAssets
 from pipeline.frames import FrameSource
@@ -12,6 +21,17 @@ RENDER_ARRAYS = ["boxes", "landmarks", "crop_boxes", "mask_boxes", "masks", "lat
 
 class ColdAvatarError(LookupError):
     """The avatar (or a stage below it) is not in the store."""
+
+
+@contextmanager
+def lease_avatar(store: Store, avatar_key: str) -> Iterator[Lease | None]:
+    """Lease the avatar for the `with` block; a read-only store takes no lease (nothing
+    can write there, gc included) and yields None."""
+    if store.readonly:
+        yield None
+        return
+    with Lease(store.path, [avatar_key]) as lease:
+        yield lease
 
 
 def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
@@ -37,7 +57,8 @@ def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
     load_frame = FrameSource(
         store, frames.blobs, max(int(manifest["width"]), int(manifest["height"]))
     )
-    store.touch(avatar_key)
+    if not store.readonly:
+        store.touch(avatar_key)
     return AvatarAssets(
         key=avatar_key,
         fps=float(manifest["fps"]),

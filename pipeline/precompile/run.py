@@ -9,6 +9,7 @@ missing data.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from cachestore.errors import MissingStageError
+from cachestore.errors import MissingStageError, StoreNotWritableError
+from cachestore.flight import DEFAULT_WAIT, Holder, single_flight
 from cachestore.hashcache import file_digest
 from cachestore.store import Store
 from pipeline.frames import FrameSource, frame_name
@@ -25,6 +27,8 @@ from pipeline.nets.modelcache import kept
 from pipeline.parallel import ordered_map
 from pipeline.precompile.plan import Plan, plan
 from pipeline.precompile.recipe import Recipe
+
+logger = logging.getLogger(__name__)
 
 # progress(stage, done, total); total 0 = unknown
 Progress = Callable[[str, int, int], None]
@@ -70,11 +74,16 @@ def precompile(
     store: Store,
     force: bool = False,
     progress: Progress | None = None,
+    flight_wait: float = DEFAULT_WAIT,
+    on_wait: Callable[[str], None] | None = None,
 ) -> PrecompileReport:
     """Make the avatar for `path` under `recipe` hot in `store`; returns what was done.
 
-    Raises MediaError (unreadable source), NoFaceError (no face anywhere),
-    ModelMissingError (a configured backend's weights are absent) and StoreError.
+    On a miss, one process at a time builds an avatar (`cachestore/flight.py`): a second
+    caller waits up to `flight_wait` seconds, tells on_wait whom it waits for, then
+    reads the hit. Raises MediaError (unreadable source), NoFaceError (no face anywhere),
+    ModelMissingError (a configured backend's weights are absent), FlightTimeoutError
+    and StoreError.
     """
     path = Path(path)
     progress = progress or (lambda stage, done, total: None)
@@ -83,29 +92,52 @@ def precompile(
     digest = file_digest(store, path)
     keys = plan(digest, recipe)
     report = PrecompileReport(path, digest, keys.avatar)
-    if not force and (avatar := store.get_avatar(keys.avatar)) is not None:
-        records = {n: store.get_stage(k) for n, k in keys.stages.items()}
-        report.stages = [
-            StageResult(n, k, True, 0.0, records[n].nbytes if records[n] else 0)
-            for n, k in keys.stages.items()
-        ]
-        report.counts = dict(avatar.get("counts", {}))
+    if not force and _hit(store, keys, report):
+        return report
+    if store.readonly:
+        raise StoreNotWritableError(
+            f"precompile cannot write to the store at {store.path} (opened read-only); "
+            f"run it as a user who can write there"
+        )
+    tell = on_wait or logger.info
+    with single_flight(
+        store.path, keys.avatar, flight_wait, lambda who: tell(_waiting_line(who, path))
+    ) as waited:
+        if waited and not force and _hit(store, keys, report):  # the holder just made it
+            return report
+        store.count("misses")
+        for attempt in range(2):
+            try:
+                return _build(path, recipe, store, keys, report, force, progress)
+            except MissingStageError:
+                if attempt:  # gc removed a fresh stage twice in a row: give up loudly
+                    raise
+                report.stages.clear()
+            except BaseException:
+                # a failed precompile leaves no manifest behind (a kill -9 may: each is whole)
+                store.discard_stages([s.key for s in report.stages if not s.hit])
+                raise
+        raise AssertionError("unreachable")
+
+
+def _waiting_line(holder: Holder | None, path: Path) -> str:
+    return f"{path.name}: waiting for {holder or 'another process'} to precompile it"
+
+
+def _hit(store: Store, keys: Plan, report: PrecompileReport) -> bool:
+    avatar = store.get_avatar(keys.avatar)
+    if avatar is None:
+        return False
+    records = {n: store.get_stage(k) for n, k in keys.stages.items()}
+    report.stages = [
+        StageResult(n, k, True, 0.0, records[n].nbytes if records[n] else 0)
+        for n, k in keys.stages.items()
+    ]
+    report.counts = dict(avatar.get("counts", {}))
+    if not store.readonly:
         store.count("hits")
         store.touch(keys.avatar)
-        return report
-    store.count("misses")
-    for attempt in range(2):
-        try:
-            return _build(path, recipe, store, keys, report, force, progress)
-        except MissingStageError:
-            if attempt:  # gc removed a fresh stage twice in a row: give up loudly
-                raise
-            report.stages.clear()
-        except BaseException:
-            # a failed precompile leaves no manifest behind (a kill -9 may: each is whole)
-            store.discard_stages([s.key for s in report.stages if not s.hit])
-            raise
-    raise AssertionError("unreachable")
+    return True
 
 
 def _build(

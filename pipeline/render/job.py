@@ -2,8 +2,10 @@
 HTTP service share.
 
 Steps: 1. resolve the names and check everything that costs no work (audio, output
-path, weights); 2. hot, or precompile just in time; 3. render from the store alone.
-Front ends only turn their own input into a `LipSyncRequest` and report the outcome.
+path, weights); 2. lease the avatar, then hot, or precompile just in time (one process
+at a time per avatar); 3. render from the store alone, under the lease, so a concurrent
+gc cannot take the avatar away mid-render. Front ends only turn their own input into a
+`LipSyncRequest` and report the outcome.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cachestore.flight import DEFAULT_WAIT
 from cachestore.store import Store
 from pipeline.precompile.recipe import Recipe
 from pipeline.render.video import RenderReport
@@ -61,15 +64,17 @@ def lip_sync(
     models_dir: Path | None = None,
     default_loop: str = "pingpong",
     progress: Progress | None = None,
+    flight_wait: float = DEFAULT_WAIT,
+    on_wait: Callable[[str], None] | None = None,
 ) -> LipSyncOutcome:
     """Render `request` from hot assets, precompiling its avatar first when it is cold.
 
     Raises PersonaError (unknown names, listing what exists), ValueError (bad audio or
-    output path), ModelMissingError (weights), LookupError (cold with no_jit) and
-    whatever precompile and render raise.
+    output path), ModelMissingError (weights), LookupError (cold with no_jit, or cold
+    in a read-only store) and whatever precompile and render raise.
     """
     from pipeline.catalog import plan_for
-    from pipeline.hot import load_assets
+    from pipeline.hot import lease_avatar, load_assets
     from pipeline.personas import resolve as resolve_source
     from pipeline.precompile.run import precompile
     from pipeline.render.video import check_output, render_video
@@ -88,39 +93,44 @@ def lip_sync(
     if not request.keep_bbox_shift:
         recipe = recipe.for_persona(options, f"{found.persona}/persona.toml")
 
-    # 2. hot, or just in time
+    # 2. lease the avatar (gc keeps it from here on), then hot or just in time
     planned = plan_for(store, found.path, recipe)
-    avatar, jit, jit_seconds = planned.avatar, False, 0.0
-    if store.get_avatar(planned.avatar) is None:
-        if request.no_jit:
-            raise LookupError(
-                f"{found.path.name} is cold under this recipe; make it hot with "
-                f"`hotplate precompile {found.path}` (or drop --no-jit)"
+    with lease_avatar(store, planned.avatar):
+        avatar, jit, jit_seconds = planned.avatar, False, 0.0
+        if store.get_avatar(planned.avatar) is None:
+            if request.no_jit or store.readonly:
+                why = "the store is read-only here" if store.readonly else "--no-jit"
+                raise LookupError(
+                    f"{found.path.name} is cold under this recipe and {why}; make it hot with "
+                    f"`hotplate precompile {found.path}`"
+                    + ("" if store.readonly else " (or drop --no-jit)")
+                )
+            jit_start = time.perf_counter()
+            report = precompile(
+                found.path,
+                recipe,
+                store,
+                progress=lambda stage, done, total: progress(f"jit {stage}", done, total),
+                flight_wait=flight_wait,
+                on_wait=on_wait,
             )
-        jit_start = time.perf_counter()
-        report = precompile(
-            found.path,
-            recipe,
-            store,
-            progress=lambda stage, done, total: progress(f"jit {stage}", done, total),
-        )
-        avatar, jit, jit_seconds = report.avatar, True, time.perf_counter() - jit_start
-    else:
-        store.count("hits")
+            avatar, jit, jit_seconds = report.avatar, True, time.perf_counter() - jit_start
+        elif not store.readonly:
+            store.count("hits")
 
-    # 3. render from the store alone
-    assets = load_assets(store, avatar)
-    render_called = time.perf_counter()
-    result = render_video(
-        assets,
-        request.audio,
-        request.output,
-        backend=request.backend,
-        loop=request.loop or options.get("loop") or default_loop,
-        fps=request.fps or options.get("fps"),
-        models_dir=models_dir,
-        progress=lambda done, total: progress("render", done, total),
-    )
+        # 3. render from the store alone
+        assets = load_assets(store, avatar)
+        render_called = time.perf_counter()
+        result = render_video(
+            assets,
+            request.audio,
+            request.output,
+            backend=request.backend,
+            loop=request.loop or options.get("loop") or default_loop,
+            fps=request.fps or options.get("fps"),
+            models_dir=models_dir,
+            progress=lambda done, total: progress("render", done, total),
+        )
     return LipSyncOutcome(
         avatar=avatar,
         source=found.path,

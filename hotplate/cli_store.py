@@ -1,0 +1,332 @@
+"""The store commands: resolve, ls, status, gc, verify and doctor.
+
+Only light modules are imported at the top, so these start fast; each command imports
+what it needs. Registered on the group by `hotplate/cli.py`, like `cli_watch.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from hotplate.cli_common import open_cache, settings_of, source_options
+from hotplate.output import human_bytes, table
+from hotplate.settings import Settings
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON object (stable keys) for scripts."
+)
+
+
+def echo_json(value: object) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+
+def present(settings: Settings) -> bool:
+    return (settings.cache / "data.mdb").exists() or settings.cache.is_file()
+
+
+@click.command()
+@source_options
+@json_option
+@click.pass_context
+def resolve(
+    ctx: click.Context,
+    persona: str,
+    attire: str,
+    motion: str | None,
+    video: Path | None,
+    as_json: bool,
+) -> None:
+    """Print the source file, its digest, the avatar key and whether it is hot."""
+    from pipeline.catalog import plan_for
+    from pipeline.personas import resolve as resolve_source
+
+    settings = settings_of(ctx)
+    found = resolve_source(settings.personas, persona, attire, motion, video)
+    store = open_cache(settings, fallback_readonly=True) if present(settings) else None
+    p = plan_for(store, found.path, settings.recipe.for_persona(found.options))
+    hot = store is not None and store.get_avatar(p.avatar) is not None
+    why = None if hot or store is None else why_cold(store, p)
+    if as_json:
+        echo_json(
+            {
+                "source": str(found.path),
+                "rule": found.rule,
+                "digest": p.source_digest,
+                "avatar": p.avatar,
+                "state": "hot" if hot else "cold",
+                "why": why,
+            }
+        )
+        return
+    click.echo(f"source   {found.path}  ({found.rule})")
+    click.echo(f"digest   {p.source_digest}")
+    click.echo(f"avatar   {p.avatar}")
+    click.echo(f"state    {'hot' if hot else 'cold'}")
+    if why:
+        click.echo(f"why      {why}")
+
+
+def why_cold(store, p) -> str:
+    """Name the first stage that is missing, like dagster's stale causes."""
+    for name, key in p.stages.items():
+        if store.get_stage(key) is None:
+            return (
+                f"stage {name} is not in the store (new source, parameter or model from here down)"
+            )
+    return "every stage is present but the avatar manifest is not: a precompile will only link them"
+
+
+@click.command(name="ls")
+@json_option
+@click.pass_context
+def ls_cmd(ctx: click.Context, as_json: bool) -> None:
+    """List personas, attires and motions, hot or cold, with their size in the store."""
+    from pipeline.catalog import iter_sources, plan_for, recipe_for
+
+    settings = settings_of(ctx)
+    store = open_cache(settings, fallback_readonly=True) if present(settings) else None
+    found = []
+    for src in iter_sources(settings.personas):
+        p = plan_for(store, src.path, recipe_for(settings.personas, src.persona, settings.recipe))
+        avatar = store.get_avatar(p.avatar) if store else None
+        size = sum(store.get_stage(k).nbytes for k in avatar["stages"].values()) if avatar else 0
+        found.append(
+            {
+                "persona": src.persona,
+                "attire": src.attire,
+                "motion": src.motion,
+                "kind": src.kind,
+                "state": "hot" if avatar else "cold",
+                "bytes": size,
+                "file": str(src.path),
+                "avatar": p.avatar,
+            }
+        )
+    if as_json:
+        echo_json({"personas": str(settings.personas), "sources": found})
+        return
+    if not found:
+        click.echo(f"no personas in {settings.personas}; see personas/README.md for the layout")
+        return
+    columns = ("persona", "attire", "motion", "kind", "state")
+    rows = [
+        (
+            *(f[c] for c in columns),
+            human_bytes(f["bytes"]) if f["state"] == "hot" else "-",
+            Path(f["file"]).name,
+        )
+        for f in found
+    ]
+    table((*columns, "size", "file"), rows)
+
+
+@click.command()
+@json_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Store statistics, live render leases and, when the watcher runs, daemon health."""
+    settings = settings_of(ctx)
+    facts = store_facts(settings)
+    if as_json:
+        facts["daemon"] = daemon_lines(settings)
+        echo_json(facts)
+        return
+    click.echo(f"store    {settings.cache}")
+    if not facts["present"]:
+        click.echo("         (empty: nothing precompiled yet)")
+    else:
+        click.echo(
+            f"file     {human_bytes(facts['file_bytes'])} on disk, "
+            f"map {human_bytes(facts['map_size'])}"
+        )
+        table(
+            ("db", "entries", "bytes"),
+            [(db, n, human_bytes(facts["bytes"][db])) for db, n in facts["entries"].items()],
+        )
+        counters = (
+            ", ".join(
+                f"{k} {human_bytes(v) if k.startswith('bytes') else v}"
+                for k, v in sorted(facts["counters"].items())
+            )
+            or "none"
+        )
+        click.echo(f"counters {counters}")
+        if facts["last_gc"]:
+            g = facts["last_gc"]
+            click.echo(
+                f"last gc  {clock(g['time'])}: deleted {g['deleted']} of {g['of']} entries, "
+                f"reclaimed {human_bytes(g['reclaimed'])}"
+            )
+    for lease in facts["leases"]:
+        click.echo(
+            f"lease    pid {lease['pid']} ({lease['command']}) since {clock(lease['since'])}: "
+            f"{', '.join(k[:16] for k in lease['keys'])}"
+        )
+    for line in daemon_lines(settings):
+        click.echo(line)
+
+
+def clock(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def store_facts(settings: Settings) -> dict:
+    """What `status` shows, as plain data: the --json output and the text's source."""
+    from cachestore.leases import live_leases
+    from cachestore.stats import store_stats
+
+    facts: dict = {"store": str(settings.cache), "present": present(settings)}
+    if facts["present"]:
+        stats = store_stats(open_cache(settings, readonly=True))
+        facts.update(
+            file_bytes=stats.file_bytes,
+            map_size=stats.map_size,
+            entries=stats.entries,
+            bytes=stats.bytes,
+            counters=stats.counters,
+            last_gc=stats.last_gc,
+        )
+    facts["leases"] = [
+        {**info.holder.record(), "keys": list(info.keys)}
+        for info in live_leases(settings.cache, clean=False)
+    ]
+    return facts
+
+
+def daemon_lines(settings: Settings) -> list[str]:
+    try:
+        from watcher.health import describe
+    except ImportError:  # the watcher is optional for status
+        return []
+    return describe(settings.cache)
+
+
+@click.command()
+@click.option(
+    "--grace",
+    default=None,
+    type=float,
+    help="Keep anything used within this many hours [default 24].",
+)
+@click.option(
+    "--max-size", help="Evict least-recently-used avatars until the store fits, e.g. 20G, 500M."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print exactly what would be deleted, delete nothing."
+)
+@click.option(
+    "--compact",
+    is_flag=True,
+    help="Afterwards rewrite the store file compactly (needs no other process using it).",
+)
+@click.option("--pin", multiple=True, help="Also keep this avatar key (may repeat).")
+@click.pass_context
+def gc(
+    ctx: click.Context,
+    grace: float | None,
+    max_size: str | None,
+    dry_run: bool,
+    compact: bool,
+    pin: tuple[str, ...],
+) -> None:
+    """Delete what no persona needs: unrooted, unused, unpinned entries."""
+    from cachestore.compact import compact as compact_store
+    from cachestore.gc import collect
+    from pipeline.catalog import iter_sources, plan_for, recipe_for
+
+    settings = settings_of(ctx)
+    # a dry run writes nothing: read-only store, --pin keys only count as roots
+    store = open_cache(settings, readonly=dry_run)
+    for key in pin if not dry_run else ():
+        store.put("pin", key, {"time": time.time()})
+    roots = set(pin)
+    for src in iter_sources(settings.personas):
+        try:
+            roots.add(
+                plan_for(
+                    store, src.path, recipe_for(settings.personas, src.persona, settings.recipe)
+                ).avatar
+            )
+        except OSError as exc:  # a file vanished mid-scan: it roots nothing
+            click.echo(f"skipping {src.path}: {exc}", err=True)
+    hours = settings.grace_hours if grace is None else grace
+    plan = collect(store, roots, grace=hours * 3600, max_size=parse_size(max_size), dry_run=dry_run)
+    if dry_run:
+        for line in plan.lines():
+            click.echo(line)
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(
+        f"{verb} {plan.deleted} of {plan.total_entries} entries, "
+        f"reclaimed {human_bytes(plan.reclaimed)} of {human_bytes(plan.total_bytes)}"
+    )
+    if compact and not dry_run:
+        before, after = compact_store(settings.cache)
+        click.echo(f"compacted {human_bytes(before)} -> {human_bytes(after)}")
+
+
+def parse_size(text: str | None) -> int | None:
+    if text is None:
+        return None
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1] if t and t[-1] in units else ""
+    try:
+        return int(float(t[: len(t) - len(unit)]) * units[unit])
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a size; use e.g. 500M or 20G", param_hint="--max-size"
+        ) from None
+
+
+@click.command()
+@json_option
+@click.pass_context
+def verify(ctx: click.Context, as_json: bool) -> None:
+    """Check every manifest's blobs exist and match their checksums; exit 1 on damage."""
+    from cachestore.verify import verify as verify_store
+
+    store = open_cache(settings_of(ctx), readonly=True)
+    checked, problems = verify_store(store)
+    if as_json:
+        echo_json(
+            {
+                "store": str(store.path),
+                "checked": checked,
+                "ok": not problems,
+                "problems": [
+                    {"kind": p.kind, "where": p.where, "detail": p.detail} for p in problems
+                ],
+            }
+        )
+    else:
+        for problem in problems:
+            click.echo(str(problem))
+        click.echo(f"checked {checked} manifests: {len(problems)} problems")
+    if problems:
+        sys.exit(1)
+
+
+@click.command()
+@click.pass_context
+def doctor(ctx: click.Context) -> None:
+    """Check Python, packages, backends, weights, codecs and the cache directory."""
+    from hotplate.doctor import run_checks
+
+    failed = 0
+    for check in run_checks(settings_of(ctx)):
+        mark = "ok  " if check.ok else ("warn" if check.optional else "FAIL")
+        failed += not check.ok and not check.optional
+        click.echo(
+            f"{mark}  {check.name}: {check.detail}"
+            + ("" if check.ok else f"\n      fix: {check.fix}")
+        )
+    sys.exit(1 if failed else 0)
+
+
+STORE_COMMANDS = (resolve, ls_cmd, status, gc, verify, doctor)
