@@ -44,13 +44,14 @@ def render_metrics(queue: Any, store: Any) -> str:
     lines += _histogram(
         "hotplate_jit_seconds", "Seconds spent in just-in-time precompiles.", stats.jit_seconds
     )
-    counters, leases = {}, 0
+    from cachestore.leases import live_leases
+
+    counters = {}
     with store.read() as r:
         for key, value in r.items("meta"):
             if key.startswith("count:"):
                 counters[key[6:]] = value
-        if "lease" in store.dbs:  # stores with render leases (the store-integrity work)
-            leases = sum(1 for _ in r.items("lease"))
+    leases = len(live_leases(store.path, clean=False))
     lines += _single(
         "hotplate_cache_hits_total",
         "counter",
@@ -74,5 +75,10 @@ def render_metrics(queue: Any, store: Any) -> str:
         "Size of the store's data file.",
         data.stat().st_size if data.exists() else 0,
     )
-    lines += _single("hotplate_live_leases", "gauge", "Render leases held in the store.", leases)
+    lines += _single(
+        "hotplate_live_leases",
+        "gauge",
+        "Live render leases on the store (processes reading avatars now).",
+        leases,
+    )
     return "\n".join(lines) + "\n"

@@ -18,7 +18,6 @@ pytestmark = pytest.mark.slow
 N = 8
 
 
-@pytest.mark.skip(reason="needs the single flight of issue 8 (branch i8a)")
 def test_eight_concurrent_requests_for_one_cold_attire_make_one_precompile(tmp_path):
     root = make_world(tmp_path)
     wav = speech(root / "two.wav", 2.0)
