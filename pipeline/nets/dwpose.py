@@ -462,7 +462,7 @@ class DWPoseLandmarker:
         return self.predict_batch([frame_rgb], np.asarray(box)[None])[0]
 
     def predict_batch(self, frames: Sequence[np.ndarray], boxes: np.ndarray) -> np.ndarray:
-        from pipeline.nets.landmarks import check_boxes
+        from pipeline.nets.boxes import check_boxes
 
         check_boxes(frames, boxes)  # upstream's points do not depend on the box
         return self.keypoints(frames)[0][:, FACE].copy()

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pipeline.nets.backends import weight_names
+from pipeline.nets.boxes import check_box, check_boxes
 from pipeline.nets.models import ModelMissingError, file_identity, find_weights
 
 N_POINTS = 68
@@ -89,23 +90,6 @@ def dlib_model_path() -> Path:
     return path
 
 
-def check_boxes(frames: Sequence[np.ndarray], boxes: np.ndarray) -> np.ndarray:
-    """(N, 4) float64 boxes, one per frame, each checked by `_check_box`."""
-    boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    if len(frames) != len(boxes):
-        raise ValueError(f"{len(frames)} frames but {len(boxes)} boxes; pass one box per frame")
-    for box in boxes:
-        _check_box(box)
-    return boxes
-
-
-def _check_box(box: np.ndarray) -> np.ndarray:
-    b = np.asarray(box, dtype=np.float64).reshape(-1)
-    if b.shape != (4,) or not np.isfinite(b).all() or b[2] <= b[0] or b[3] <= b[1]:
-        raise ValueError(f"box={box!r} must be [x1, y1, x2, y2] with x2 > x1 and y2 > y1")
-    return b
-
-
 class DlibLandmarker:
     name = "dlib"
 
@@ -119,7 +103,7 @@ class DlibLandmarker:
     def predict(self, frame_rgb: np.ndarray, box: np.ndarray) -> np.ndarray:
         import dlib
 
-        x1, y1, x2, y2 = _check_box(box)
+        x1, y1, x2, y2 = check_box(box)
         # dlib rectangles are inclusive on the right and bottom.
         rect = dlib.rectangle(
             int(round(x1)), int(round(y1)), int(round(x2)) - 1, int(round(y2)) - 1
@@ -157,7 +141,7 @@ class FanLandmarker:
             for frame, box in zip(
                 frames[start : start + FAN_BATCH], boxes[start : start + FAN_BATCH], strict=True
             ):
-                center, side = fan_crop_geometry(_check_box(box))
+                center, side = fan_crop_geometry(check_box(box))
                 geo.append((center, side))
                 crops.append(_crop(frame, center, side))
             x = torch.from_numpy(np.stack(crops)).to(self.device)
