@@ -1,6 +1,8 @@
 """68-point facial landmarks inside a tracked face box (precompile stage 3).
 
-Two backends, chosen by `Recipe.landmarks`:
+Backends, chosen by `Recipe.landmarks`:
+- `retinaface`: 68 points fitted to RetinaFace's five (`pipeline/nets/landmarks5.py`),
+  the offline default, on weights a studio may use commercially;
 - `dlib`: dlib's shape predictor on the 68-point model that `face-recognition-models`
   ships, so it works offline on a fresh machine;
 - `fan`: face_alignment's 2D-FAN network on weights the user put in the models dir.
@@ -54,7 +56,7 @@ class Landmarker(Protocol):
 
 
 def load_landmarker(name: str, models_dir: Path | str | None) -> Landmarker:
-    """Load the landmark backend `name` ("dlib" or "fan"); never downloads.
+    """Load the landmark backend `name` ("retinaface", "dlib" or "fan"); never downloads.
 
     Raises ModelMissingError when the weights are not there, ValueError for an
     unknown name or a weights file that is not the expected network.
@@ -64,7 +66,11 @@ def load_landmarker(name: str, models_dir: Path | str | None) -> Landmarker:
     if name == "fan":
         path = find_weights(models_dir, FAN_WEIGHTS, "2D-FAN landmark")
         return FanLandmarker(path)
-    raise ValueError(f"landmarks={name!r} is not one of dlib, fan")
+    if name == "retinaface":
+        from pipeline.nets.landmarks5 import RetinaFiveLandmarker
+
+        return RetinaFiveLandmarker()
+    raise ValueError(f"landmarks={name!r} is not one of retinaface, dlib, fan")
 
 
 def dlib_model_path() -> Path:

@@ -11,8 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DETECTORS = ("dlib", "s3fd")
-LANDMARKERS = ("dlib", "fan")
+DETECTORS = ("retinaface", "dlib", "s3fd")
+LANDMARKERS = ("retinaface", "dlib", "fan")
 MASKERS = ("landmarks", "bisenet")
 RENDERERS = ("warp", "musetalk")
 LOOP_MODES = ("pingpong", "cycle")
@@ -31,8 +31,9 @@ class Recipe:
     refine_shift: float = (
         0.15  # ... or whose centres moved more than this x box size (one HOG cell is ~0.1)
     )
-    detector: str = "dlib"
-    landmarks: str = "dlib"
+    face: str = "auto"  # which face is the presenter: see pipeline.precompile.tracking.FACE_HINTS
+    detector: str = "retinaface"
+    landmarks: str = "retinaface"
     mask: str = "landmarks"
     bbox_shift: int = 0
     crop_size: int = 256
@@ -47,6 +48,9 @@ class Recipe:
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+        from pipeline.precompile.tracking import parse_face_hint
+
+        parse_face_hint(self.face)
         if self.stride < 1:
             raise ValueError(f"stride={self.stride} must be >= 1")
         if self.max_frames < 0:
@@ -58,12 +62,21 @@ class Recipe:
         return dataclasses.replace(self, **changes)
 
     def for_persona(self, options: dict[str, object], source: str = "persona.toml") -> Recipe:
-        """This recipe with a persona.toml's overrides (bbox_shift), as render, the
+        """This recipe with a persona.toml's overrides (bbox_shift, face), as render, the
         watcher and gc all apply them, so they agree on the avatar key."""
+        recipe = self
+        if "face" in options:
+            from pipeline.precompile.tracking import parse_face_hint
+
+            try:
+                parse_face_hint(options["face"])
+            except ValueError as e:
+                raise ValueError(f"{source}: {e}") from None
+            recipe = recipe.replace(face=str(options["face"]))
         if "bbox_shift" not in options:
-            return self
+            return recipe
         try:
-            return self.replace(bbox_shift=int(options["bbox_shift"]))
+            return recipe.replace(bbox_shift=int(options["bbox_shift"]))
         except (TypeError, ValueError):
             raise ValueError(
                 f"{source}: bbox_shift={options['bbox_shift']!r} is not a whole number of pixels"
