@@ -123,8 +123,8 @@ class WarpRenderer:
     def prepare(
         self, assets: AvatarAssets, audio: np.ndarray, sr: int, n_out: int, fps: float
     ) -> None:
-        env = loudness_envelope(audio, sr, fps)
-        spread = mouth_spread(audio, sr, fps)
+        env = _steady(loudness_envelope(audio, sr, fps))
+        spread = _steady(mouth_spread(audio, sr, fps))
         self._open = np.zeros(n_out, np.float32)
         self._open[: min(n_out, env.size)] = env[:n_out]
         self._shape = np.zeros(n_out, np.float32)
@@ -185,6 +185,16 @@ class WarpRenderer:
             a = alpha[..., None]
             out[gy1:gy2, gx1:gx2] = (patch + a * (colour - patch) + 0.5).astype(np.uint8)
         return out
+
+
+def _steady(x: np.ndarray) -> np.ndarray:
+    """A centred [1, 2, 1] / 4 filter over video frames: the envelope's attack is shorter
+    than a frame at 25 fps, and a mouth that snaps open in one frame looks cut; the
+    whole audio is known, so the filter can look one frame ahead."""
+    if x.size < 3:
+        return x.astype(np.float32)
+    padded = np.concatenate([x[:1], x, x[-1:]]).astype(np.float32)
+    return (0.25 * padded[:-2] + 0.5 * padded[1:-1] + 0.25 * padded[2:]).astype(np.float32)
 
 
 def _face_axes(lm: np.ndarray) -> np.ndarray:
