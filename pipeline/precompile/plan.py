@@ -23,7 +23,7 @@ STAGES: dict[str, tuple[int, tuple[str, ...], str, str]] = {
     ),
     "landmarks": (1, (), "track", "landmarks"),
     "crops": (1, ("bbox_shift", "crop_size"), "landmarks", ""),
-    "masks": (1, ("mask_feather",), "crops", "mask"),
+    "masks": (2, ("mask_feather",), "crops", "mask"),  # 2: hull has lips and jaw room
     "latents": (1, (), "crops", "vae"),
 }
 BACKEND_FIELD = {"detector": "detector", "landmarks": "landmarks", "mask": "mask", "vae": "vae"}
