@@ -135,7 +135,7 @@ def box_to_five(box: np.ndarray) -> np.ndarray:
     """Where RetinaFace's 5 points sit, on average, in its box [x1, y1, x2, y2]: the
     fallback when the face box holds no detection (a keyframe that was interpolated)."""
     x1, y1, x2, y2 = np.asarray(box, np.float64)
-    rel = np.array([[0.29, 0.37], [0.71, 0.37], [0.5, 0.61], [0.29, 0.7], [0.71, 0.7]])
+    rel = np.array([[0.265, 0.295], [0.735, 0.295], [0.5, 0.59], [0.275, 0.7], [0.725, 0.7]])
     return rel * [x2 - x1, y2 - y1] + [x1, y1]
 
 

@@ -32,6 +32,12 @@ VARIANCE = (0.1, 0.2)
 SCORE_THRESHOLD = 0.6
 NMS_IOU = 0.4
 MIN_SIDE = 480  # smaller frames are enlarged to this first: the smallest anchor is 16 px
+# RetinaFace's boxes reach from the hairline to below the chin; hotplate's crops, the
+# dlib and FAN landmarkers and the synthetic ground truth use dlib's square box (brows
+# to chin). The square: side SQUARE_SIDE x the mean of width and height, centre moved
+# down by SQUARE_DROP x the height (measured on the astronaut, dlib vs RetinaFace).
+SQUARE_SIDE = 0.85
+SQUARE_DROP = 0.033
 
 
 def weights_path() -> Path:
@@ -102,11 +108,21 @@ def nms(boxes: np.ndarray, scores: np.ndarray, threshold: float) -> np.ndarray:
     return np.asarray(keep, np.int64)
 
 
+def square_boxes(boxes: np.ndarray) -> np.ndarray:
+    """RetinaFace boxes (K, 4) -> dlib-convention square boxes (see SQUARE_SIDE)."""
+    boxes = np.asarray(boxes, np.float32).reshape(-1, 4)
+    w, h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+    cx, cy = (boxes[:, 0] + boxes[:, 2]) / 2, (boxes[:, 1] + boxes[:, 3]) / 2 + SQUARE_DROP * h
+    half = SQUARE_SIDE * (w + h) / 4
+    return np.stack([cx - half, cy - half, cx + half, cy + half], 1).astype(np.float32)
+
+
 def decode(
     loc: np.ndarray, conf: np.ndarray, landms: np.ndarray, height: int, width: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """One image's raw outputs -> (K, 5) [x1, y1, x2, y2, score] and (K, 5, 2) points,
-    in input pixels, after the score threshold and NMS, highest score first."""
+    in input pixels, after the score threshold and NMS, highest score first. Boxes are
+    RetinaFace's own (NMS works on them); `detect_with_points` squares them."""
     anchors = _anchors(height, width)
     scores = conf[:, 1]
     sel = scores > SCORE_THRESHOLD
@@ -141,8 +157,9 @@ class RetinaFaceDetector:
         return [self.detect_with_points(f)[0] for f in frames]
 
     def detect_with_points(self, frame: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(K, 5) detections and (K, 5, 2) points [right eye, left eye, nose, right mouth
-        corner, left mouth corner] (the subject's right first) in frame pixels."""
+        """(K, 5) detections (dlib-convention square boxes) and (K, 5, 2) points [right
+        eye, left eye, nose, right mouth corner, left mouth corner] (the subject's right
+        first) in frame pixels."""
         import cv2
 
         factor = max(1.0, self.min_side / max(frame.shape[:2]))
@@ -154,6 +171,7 @@ class RetinaFaceDetector:
         x = np.ascontiguousarray(x.transpose(2, 0, 1)[None])
         loc, conf, landms = self._session.run(None, {"input": x})
         dets, points = decode(loc[0], conf[0], landms[0], img.shape[0], img.shape[1])
+        dets[:, :4] = square_boxes(dets[:, :4])
         sx, sy = img.shape[1] / frame.shape[1], img.shape[0] / frame.shape[0]
         dets[:, :4] /= np.array([sx, sy, sx, sy], np.float32)
         points /= np.array([sx, sy], np.float32)
