@@ -36,8 +36,8 @@ MIN_SIDE = 480  # smaller frames are enlarged to this first: the smallest anchor
 # dlib and FAN landmarkers and the synthetic ground truth use dlib's square box (brows
 # to chin). The square: side SQUARE_SIDE x the mean of width and height, centre moved
 # down by SQUARE_DROP x the height (measured on the astronaut, dlib vs RetinaFace).
-SQUARE_SIDE = 0.85
-SQUARE_DROP = 0.033
+SQUARE_SIDE = 0.94
+SQUARE_DROP = 0.06
 
 
 def weights_path() -> Path:
