@@ -140,6 +140,15 @@ def box_to_five(box: np.ndarray) -> np.ndarray:
     return rel * [x2 - x1, y2 - y1] + [x1, y1]
 
 
+def _iou(boxes: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """IoU of each of boxes (K, 4) with one box (4,)."""
+    w = np.clip(np.minimum(boxes[:, 2], box[2]) - np.maximum(boxes[:, 0], box[0]), 0, None)
+    h = np.clip(np.minimum(boxes[:, 3], box[3]) - np.maximum(boxes[:, 1], box[1]), 0, None)
+    inter = w * h
+    areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    return inter / (areas + (box[2] - box[0]) * (box[3] - box[1]) - inter + 1e-9)
+
+
 class RetinaFiveLandmarker:
     """68 points from RetinaFace's 5 inside a tracked box (see the module docstring)."""
 
@@ -155,10 +164,9 @@ class RetinaFiveLandmarker:
         """RetinaFace's (5, 2) points of the face in `box`, found on a crop around it."""
         import cv2
 
-        from pipeline.nets.landmarks import _check_box
-        from pipeline.precompile.tracking import iou
-
-        b = _check_box(box)
+        b = np.asarray(box, np.float64).reshape(-1)
+        if b.shape != (4,) or not np.isfinite(b).all() or b[2] <= b[0] or b[3] <= b[1]:
+            raise ValueError(f"box={box!r} must be [x1, y1, x2, y2] with x2 > x1 and y2 > y1")
         centre = (b[:2] + b[2:]) / 2
         side = CONTEXT * max(b[2] - b[0], b[3] - b[1])
         k = CROP / side
@@ -182,7 +190,7 @@ class RetinaFiveLandmarker:
             return box_to_five(b)
         # Back to frame pixels: x = (u + 0.5 - CROP / 2) / k + c - 0.5.
         frame_boxes = (dets[:, :4].reshape(-1, 2, 2) + 0.5 - CROP / 2) / k + centre - 0.5
-        overlap = iou(frame_boxes.reshape(-1, 4), b[None])
+        overlap = _iou(frame_boxes.reshape(-1, 4), b)
         best = int(np.argmax(overlap))
         if overlap[best] < 0.3:
             return box_to_five(b)
