@@ -66,20 +66,26 @@ def test_set(n_loop: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
     return out
 
 
-def measure(detector, images, repeats: int) -> tuple[float, dict[str, tuple[int, int]]]:
-    """Median ms per image over `repeats` passes, and (found, total) faces per image."""
-    found = {}
-    for name, img, truth in images:
-        dets = detector.detect([img])[0]  # warm-up and the hit count
-        hit = iou(truth[:, None], dets[None, :, :4]).max(1) > 0.3 if len(dets) else []
-        found[name] = (int(np.sum(hit)), len(truth))
-    times = []
+def measure(
+    detectors: dict[str, object], images, repeats: int
+) -> dict[str, tuple[float, dict[str, tuple[int, int]]]]:
+    """Per detector: median ms per image and (found, total) faces per image. The
+    detectors take turns on each image, so a load that comes and goes on a shared
+    machine falls on both alike."""
+    found: dict[str, dict[str, tuple[int, int]]] = {name: {} for name in detectors}
+    times: dict[str, list[float]] = {name: [] for name in detectors}
+    for img_name, img, truth in images:
+        for name, det in detectors.items():
+            dets = det.detect([img])[0]  # warm-up and the hit count
+            hit = iou(truth[:, None], dets[None, :, :4]).max(1) > 0.3 if len(dets) else []
+            found[name][img_name] = (int(np.sum(hit)), len(truth))
     for _ in range(repeats):
         for _, img, _ in images:
-            t0 = time.perf_counter()
-            detector.detect([img])
-            times.append(time.perf_counter() - t0)
-    return 1000 * float(np.median(times)), found
+            for name, det in detectors.items():
+                t0 = time.perf_counter()
+                det.detect([img])
+                times[name].append(time.perf_counter() - t0)
+    return {name: (1000 * float(np.median(times[name])), found[name]) for name in detectors}
 
 
 def precompile_seconds(video: Path, store_dir: Path, **recipe) -> tuple[float, list]:
@@ -101,9 +107,8 @@ def main() -> None:
     args = parser.parse_args()
 
     images = test_set(args.loop_frames)
-    results = {}
-    for name in ("retinaface", "dlib"):
-        results[name] = measure(load_detector(name, None), images, args.repeats)
+    detectors = {name: load_detector(name, None) for name in ("retinaface", "dlib")}
+    results = measure(detectors, images, args.repeats)
     print(f"detector on {len(images)} 480-px proxies (median ms per image, faces found):")
     for name, (ms, found) in results.items():
         total = sum(f for f, _ in found.values()), sum(t for _, t in found.values())
