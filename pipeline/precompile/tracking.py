@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.nets.detectors.base import Detector
+from pipeline.precompile.recipe import parse_face_hint
 
-FACE_HINTS = ("auto", "largest", "central")  # or "x,y": the face nearest that point
 MAX_SHIFT = 2.0  # a detection farther than this many face sizes from the last face is not it
 BATCH = 16  # frames per detector call
 
@@ -64,25 +64,6 @@ def center_jitter(boxes: np.ndarray) -> float:
     if len(centres) < 3:
         return 0.0
     return float(np.abs(np.diff(centres, n=2, axis=0)).sum(axis=1).mean())
-
-
-def parse_face_hint(hint: object) -> tuple[float, float] | str:
-    """A persona's `face` hint: "auto", "largest", "central", or "x,y", a point given as
-    fractions of the frame's width and height (0,0 top left) that the presenter's face
-    is nearest to. Raises ValueError naming the value and the choices."""
-    text = str(hint).strip()
-    if text in FACE_HINTS:
-        return text
-    try:
-        x, y = (float(v) for v in text.split(","))
-    except ValueError:
-        x = y = -1.0
-    if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0):
-        raise ValueError(
-            f"face={hint!r} is not one of {', '.join(FACE_HINTS)} or 'x,y' "
-            "(fractions of the frame, e.g. '0.3,0.4')"
-        )
-    return (x, y)
 
 
 def _first_pick_value(

@@ -10,8 +10,8 @@ from pipeline import synthetic
 from pipeline.nets.detectors import load_detector
 from pipeline.nets.landmarks import load_landmarker
 from pipeline.nets.landmarks5 import MIRROR, TEMPLATE_68, fit_affine, points_from_five
-from pipeline.precompile.recipe import Recipe
-from pipeline.precompile.tracking import iou, parse_face_hint, select_face, track
+from pipeline.precompile.recipe import Recipe, parse_face_hint
+from pipeline.precompile.tracking import iou, select_face, track
 
 
 @pytest.fixture(scope="module")
