@@ -127,12 +127,14 @@ def recipe_flags(fn):
             help="Move the half-face crop's top edge down by N px [default 0].",
         ),
         click.option(
-            "--detector", type=click.Choice(["dlib", "s3fd"]), help="Face detector [default dlib]."
+            "--detector",
+            type=click.Choice(["retinaface", "dlib", "s3fd"]),
+            help="Face detector [default retinaface].",
         ),
         click.option(
             "--landmarks",
-            type=click.Choice(["dlib", "fan", "dwpose"]),
-            help="Landmark model [default dlib]; dwpose is upstream MuseTalk's.",
+            type=click.Choice(["retinaface", "dlib", "fan", "dwpose"]),
+            help="Landmark model [default retinaface; dlib's and fan's are not for commercial use; dwpose is upstream MuseTalk's].",
         ),
         click.option(
             "--mask",

@@ -21,13 +21,19 @@ PACKAGES = (
     "watchdog",
     "av",
     "cv2",
+    "onnxruntime",
     "dlib",
     "torch",
     "diffusers",
     "transformers",
     "face_alignment",
 )
-DEFAULTS = {"detector": "dlib", "landmarks": "dlib", "mask": "landmarks", "renderer": "warp"}
+DEFAULTS = {
+    "detector": "retinaface",
+    "landmarks": "retinaface",
+    "mask": "landmarks",
+    "renderer": "warp",
+}
 
 
 @dataclass
@@ -82,7 +88,9 @@ def run_checks(settings: Settings) -> Iterator[Check]:
         yield Check(
             f"{b.kind} {b.name}{' (default)' if default else ''}",
             ok,
-            detail + (f" - {b.note}" if b.note else ""),
+            detail
+            + (f" - {b.note}" if b.note else "")
+            + (f"; licence: {b.licence}" if b.licence else ""),
             fix,
             optional=not default,
         )

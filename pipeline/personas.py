@@ -6,7 +6,7 @@ Layout (see personas/README.md)::
     <persona>/<attire>.(png|jpg|jpeg|webp)      attire still
     <persona>/<attire>.(mp4|mov|webm|mkv)       attire loop, motion "default"
     <persona>/<attire>/<motion>.(mp4|...)       several motion loops
-    <persona>/persona.toml                      optional overrides (bbox_shift, fps, loop)
+    <persona>/persona.toml                      optional overrides (bbox_shift, face, fps, loop)
 
 Resolution order: explicit video; the attire's loop (the named motion, else the first
 in sorted order); the attire still; the canonical portrait.

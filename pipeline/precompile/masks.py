@@ -21,8 +21,15 @@ from pipeline.nets.models import file_identity, find_weights
 
 EXPAND = 1.5  # blend square side / longer side of the crop box (MuseTalk's expand)
 
-# iBUG-300W jaw (0-16), brows (17-26) and nose (27-35): their hull is the face.
+# iBUG-300W jaw (0-16), brows (17-26) and nose (27-35): their hull is the face oval;
+# the outer lip contour (48-59) is added so a mouth placed low stays inside, and the
+# lower jaw (4-12) once more, lowered by the most the warp renderer drops it
+# (JAW_ROOM x the nose-to-chin height along the face's down axis), so an opened chin
+# is not cut off by the mask.
 FACE_HULL = np.arange(0, 36)
+LIPS = np.arange(48, 60)
+LOWER_JAW = np.arange(4, 13)
+JAW_ROOM = 0.16
 
 # CelebAMask-HQ labels of face-parsing.PyTorch: 1 skin, 10 nose, 11 mouth, 12/13 lips.
 # Hair (17), neck (14, 15), cloth (16), hat (18) and background (0) are left out.
@@ -56,8 +63,9 @@ def landmark_mask(
     size: int = 256,
     feather: float = 0.1,
 ) -> np.ndarray:
-    """(size, size) uint8 mask over `square` from the convex hull of the jaw, brows
-    and nose; see the module docstring for what the values mean."""
+    """(size, size) uint8 mask over `square` from the convex hull of the face oval
+    (jaw, brows, nose), the lips and the room an opened jaw needs (see FACE_HULL);
+    see the module docstring for what the values mean."""
     import cv2
 
     pts = np.asarray(landmarks, np.float64)
@@ -66,9 +74,11 @@ def landmark_mask(
     mask = np.zeros((size, size), np.uint8)
     # Pixel centres sit at i + 0.5 in mask coordinates; cv2 puts them at i. Drawing
     # with 4 fractional bits keeps the polygon sub-pixel exact.
-    hull = cv2.convexHull(
-        ((_to_mask(pts[FACE_HULL], square, size) - 0.5) * 16).round().astype(np.int32)
-    )
+    across = pts[42:48].mean(0) - pts[36:42].mean(0)
+    down = np.array([-across[1], across[0]]) / max(float(np.linalg.norm(across)), 1e-6)
+    lowered = pts[LOWER_JAW] + JAW_ROOM * float((pts[8] - pts[33]) @ down) * down
+    outline = np.concatenate([pts[FACE_HULL], pts[LIPS], lowered])
+    hull = cv2.convexHull(((_to_mask(outline, square, size) - 0.5) * 16).round().astype(np.int32))
     cv2.fillConvexPoly(mask, hull, 255, lineType=cv2.LINE_8, shift=4)
     return finish_mask(mask, crop_box, square, feather)
 

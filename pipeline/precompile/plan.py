@@ -15,10 +15,15 @@ from pipeline.precompile.recipe import Recipe
 # stage -> (version, recipe fields it reads, upstream stage, backend kind whose identity it takes)
 STAGES: dict[str, tuple[int, tuple[str, ...], str, str]] = {
     "decode": (1, ("max_frames",), "", ""),
-    "track": (1, ("stride", "proxy", "refine_iou", "refine_shift"), "decode", "detector"),
+    "track": (
+        1,
+        ("stride", "proxy", "refine_iou", "refine_shift", "face"),
+        "decode",
+        "detector",
+    ),
     "landmarks": (1, (), "track", "landmarks"),
     "crops": (1, ("bbox_shift", "crop_size"), "landmarks", ""),
-    "masks": (1, ("mask_feather",), "crops", "mask"),
+    "masks": (2, ("mask_feather",), "crops", "mask"),  # 2: hull has lips and jaw room
     "latents": (1, (), "crops", "vae"),
 }
 BACKEND_FIELD = {"detector": "detector", "landmarks": "landmarks", "mask": "mask", "vae": "vae"}

@@ -11,10 +11,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DETECTORS = ("dlib", "s3fd")
-LANDMARKERS = ("dlib", "fan", "dwpose")
+DETECTORS = ("retinaface", "dlib", "s3fd")
+LANDMARKERS = ("retinaface", "dlib", "fan", "dwpose")
 MASKERS = ("landmarks", "bisenet")
 RENDERERS = ("warp", "musetalk")
+FACE_HINTS = ("auto", "largest", "central")  # or "x,y": the face nearest that point
 LOOP_MODES = ("pingpong", "cycle")
 
 
@@ -31,8 +32,9 @@ class Recipe:
     refine_shift: float = (
         0.15  # ... or whose centres moved more than this x box size (one HOG cell is ~0.1)
     )
-    detector: str = "dlib"
-    landmarks: str = "dlib"
+    face: str = "auto"  # which face is the presenter: see parse_face_hint
+    detector: str = "retinaface"
+    landmarks: str = "retinaface"
     mask: str = "landmarks"
     bbox_shift: int = 0
     crop_size: int = 256
@@ -47,6 +49,7 @@ class Recipe:
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}")
+        parse_face_hint(self.face)
         if self.stride < 1:
             raise ValueError(f"stride={self.stride} must be >= 1")
         if self.max_frames < 0:
@@ -58,13 +61,39 @@ class Recipe:
         return dataclasses.replace(self, **changes)
 
     def for_persona(self, options: dict[str, object], source: str = "persona.toml") -> Recipe:
-        """This recipe with a persona.toml's overrides (bbox_shift), as render, the
+        """This recipe with a persona.toml's overrides (bbox_shift, face), as render, the
         watcher and gc all apply them, so they agree on the avatar key."""
+        recipe = self
+        if "face" in options:
+            try:
+                parse_face_hint(options["face"])
+            except ValueError as e:
+                raise ValueError(f"{source}: {e}") from None
+            recipe = recipe.replace(face=str(options["face"]))
         if "bbox_shift" not in options:
-            return self
+            return recipe
         try:
-            return self.replace(bbox_shift=int(options["bbox_shift"]))
+            return recipe.replace(bbox_shift=int(options["bbox_shift"]))
         except (TypeError, ValueError):
             raise ValueError(
                 f"{source}: bbox_shift={options['bbox_shift']!r} is not a whole number of pixels"
             ) from None
+
+
+def parse_face_hint(hint: object) -> tuple[float, float] | str:
+    """A persona's `face` hint: "auto", "largest", "central", or "x,y", a point given as
+    fractions of the frame's width and height (0,0 top left) that the presenter's face
+    is nearest to. Raises ValueError naming the value and the choices."""
+    text = str(hint).strip()
+    if text in FACE_HINTS:
+        return text
+    try:
+        x, y = (float(v) for v in text.split(","))
+    except ValueError:
+        x = y = -1.0
+    if not (0.0 <= x <= 1.0 and 0.0 <= y <= 1.0):
+        raise ValueError(
+            f"face={hint!r} is not one of {', '.join(FACE_HINTS)} or 'x,y' "
+            "(fractions of the frame, e.g. '0.3,0.4')"
+        )
+    return (x, y)

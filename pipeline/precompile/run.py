@@ -274,6 +274,7 @@ def track_stage(path: Path, recipe: Recipe, frames: FrameSource, progress: Progr
         stride=recipe.stride,
         refine_iou=recipe.refine_iou,
         refine_shift=recipe.refine_shift,
+        face=recipe.face,
         progress=on_batch,
         source=str(path),
     )

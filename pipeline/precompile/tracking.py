@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pipeline.nets.detectors.base import Detector
+from pipeline.precompile.recipe import parse_face_hint
 
 MAX_SHIFT = 2.0  # a detection farther than this many face sizes from the last face is not it
 BATCH = 16  # frames per detector call
@@ -65,22 +66,38 @@ def center_jitter(boxes: np.ndarray) -> float:
     return float(np.abs(np.diff(centres, n=2, axis=0)).sum(axis=1).mean())
 
 
-def _first_pick_value(dets: np.ndarray, frame_shape: tuple[int, ...]) -> np.ndarray:
-    """How presenter-like each detection is with nothing to go on: large, central, confident."""
+def _first_pick_value(
+    dets: np.ndarray, frame_shape: tuple[int, ...], face: str = "auto"
+) -> np.ndarray:
+    """How presenter-like each detection is with nothing to go on. "auto": large, central,
+    confident; "largest", "central", or nearest a point "x,y" (see parse_face_hint).
+    Every value is >= 0, so -1 can stand for "no detection"."""
     height, width = frame_shape[:2]
+    hint = parse_face_hint(face)
     rel_size = _size(dets) / min(height, width)
-    offset = np.linalg.norm(_centre(dets) - np.array([width / 2, height / 2]), axis=1)
-    centrality = 1.0 - 0.5 * np.clip(offset / (0.5 * np.hypot(width, height)), 0, 1)
     confidence = 1.0 / (1.0 + np.exp(-dets[:, 4]))
+    target = np.array([width / 2, height / 2])
+    if isinstance(hint, tuple):
+        target = np.array([hint[0] * width, hint[1] * height])
+    offset = np.linalg.norm(_centre(dets) - target, axis=1) / np.hypot(width, height)
+    if hint == "largest":
+        return rel_size
+    if hint == "central" or isinstance(hint, tuple):
+        return 1.0 / (1.0 + 50.0 * offset)  # nearest wins; size only breaks near-ties
+    centrality = 1.0 - 0.5 * np.clip(2.0 * offset, 0, 1)
     return rel_size * centrality * confidence
 
 
 def select_face(
-    dets: np.ndarray, prev_box: np.ndarray | None, frame_shape: tuple[int, ...]
+    dets: np.ndarray,
+    prev_box: np.ndarray | None,
+    frame_shape: tuple[int, ...],
+    face: str = "auto",
 ) -> np.ndarray | None:
     """The presenter's box (4,) among detections (K, 5), or None.
 
-    Without a previous box: the most presenter-like (large, central, high score). With
+    Without a previous box: the most presenter-like by the `face` hint (see
+    _first_pick_value; "auto" is large, central, high score). With
     one: the detection nearest to it (centre distance in face sizes, less IoU), and none
     if even that is more than MAX_SHIFT face sizes away, so a missed face is not replaced
     by a face-like patch elsewhere in the frame.
@@ -90,7 +107,7 @@ def select_face(
     if len(dets) == 0:
         return None
     if prev_box is None:
-        return dets[int(np.argmax(_first_pick_value(dets, frame_shape))), :4].copy()
+        return dets[int(np.argmax(_first_pick_value(dets, frame_shape, face))), :4].copy()
     prev = np.asarray(prev_box, np.float64)
     shift = np.linalg.norm(_centre(dets) - _centre(prev), axis=1) / max(float(_size(prev)), 1.0)
     best = int(np.argmin(shift - iou(dets[:, :4], prev)))
@@ -104,7 +121,10 @@ def _disagree(a: np.ndarray, b: np.ndarray, refine_iou: float, refine_shift: flo
 
 
 def _select_along(
-    order: Sequence[int], raw: dict[int, np.ndarray], frame_shape: tuple[int, ...]
+    order: Sequence[int],
+    raw: dict[int, np.ndarray],
+    frame_shape: tuple[int, ...],
+    face: str = "auto",
 ) -> dict[int, np.ndarray]:
     """Pick one face per frame along `order`, each near the previous pick.
 
@@ -112,7 +132,8 @@ def _select_along(
     from there, so a first frame that only shows the wrong thing cannot set the course.
     """
     values = [
-        float(_first_pick_value(raw[i], frame_shape).max()) if len(raw[i]) else -1.0 for i in order
+        float(_first_pick_value(raw[i], frame_shape, face).max()) if len(raw[i]) else -1.0
+        for i in order
     ]
     start = int(np.argmax(values))
     if values[start] < 0:
@@ -121,7 +142,7 @@ def _select_along(
     for walk in (order[start:], order[start::-1]):
         prev = found.get(order[start])
         for i in walk:
-            box = select_face(raw[i], prev, frame_shape)
+            box = select_face(raw[i], prev, frame_shape, face)
             if box is not None:
                 found[i] = box
                 prev = box
@@ -200,6 +221,7 @@ def track(
     stride: int = 4,
     refine_iou: float = 0.7,
     refine_shift: float = 0.10,
+    face: str = "auto",
     progress: Callable[[int], None] | None = None,
     source: str = "<video>",
 ) -> TrackResult:
@@ -208,7 +230,8 @@ def track(
     get_proxy(i) returns frame i's detection proxy and its scale (proxy px / frame px),
     e.g. `media.make_proxy(frame, recipe.proxy)`. progress(k) is called after each
     detector batch with the number of frames just detected (like tqdm's update).
-    Refinement is off with refine_iou=0 and refine_shift=inf. Raises NoFaceError
+    Refinement is off with refine_iou=0 and refine_shift=inf. `face` says which face is
+    the presenter where there are several (parse_face_hint). Raises NoFaceError
     (naming `source`) when no tried frame has a face.
     """
     if n_frames < 1:
@@ -220,7 +243,7 @@ def track(
     # 1. detect the fixed keyframes and pick the face along them
     keyframes = sorted(set(range(0, n_frames, stride)) | {n_frames - 1})
     runner.run(keyframes)
-    found = _select_along(keyframes, runner.raw, runner.frame_shape)
+    found = _select_along(keyframes, runner.raw, runner.frame_shape, face)
     if not found:
         raise _no_face(source, keyframes)
 

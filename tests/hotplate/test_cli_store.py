@@ -399,7 +399,11 @@ def test_ls_and_status_show_the_store(env, personas, tmp_path):
 def test_doctor_runs_without_a_traceback(env, tmp_path):
     result = hp(env, "--cache", str(tmp_path / "cache"), "doctor")
     assert result.returncode in (0, 1) and "Traceback" not in result.stderr
-    assert "cache dir" in result.stdout and "detector dlib (default)" in result.stdout
+    assert "cache dir" in result.stdout and "detector retinaface (default)" in result.stdout
+    # every model's licence is stated; dlib's 68-point model is not for studios' ads
+    assert "landmarks retinaface (default)" in result.stdout and "licence: MIT" in result.stdout
+    dlib_line = next(x for x in result.stdout.splitlines() if "landmarks dlib" in x)
+    assert "not for commercial use" in dlib_line
 
 
 # -- settings precedence: hotplate.toml < HOTPLATE_* < flags ----------------------------------

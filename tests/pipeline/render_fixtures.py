@@ -23,7 +23,9 @@ MASK_SIZE = 256
 
 
 @lru_cache(maxsize=4)
-def _geometry(n_frames: int, size: tuple[int, int], motion: str, seed: int) -> tuple:
+def _geometry(
+    n_frames: int, size: tuple[int, int], motion: str, seed: int, landmarks: str = "dlib"
+) -> tuple:
     from pipeline.nets.landmarks import load_landmarker
     from pipeline.precompile.crops import crop_resize, half_face_box
     from pipeline.precompile.masks import blend_square, landmark_mask
@@ -31,7 +33,7 @@ def _geometry(n_frames: int, size: tuple[int, int], motion: str, seed: int) -> t
     frames, boxes = make_loop_frames(n_frames, size, motion, seed)
     for f in frames:
         f.flags.writeable = False
-    landmarker = load_landmarker("dlib", None)
+    landmarker = load_landmarker(landmarks, None)
     landmarks = landmarker.predict_batch(frames, boxes)
     shape = frames[0].shape
     crop_boxes = np.stack(
@@ -57,13 +59,15 @@ def build_assets(
     motion: str = "gentle",
     seed: int = 0,
     latents: np.ndarray | None = None,
+    landmarker: str = "dlib",
 ) -> AvatarAssets:
-    """An AvatarAssets of `n_frames` synthetic frames of (width, height) `size`."""
+    """An AvatarAssets of `n_frames` synthetic frames of (width, height) `size`, with
+    the 68 points of `landmarker`."""
     frames, boxes, landmarks, crop_boxes, crops, mask_boxes, masks = _geometry(
-        n_frames, size, motion, seed
+        n_frames, size, motion, seed, landmarker
     )
     return AvatarAssets(
-        key=f"test-{n_frames}-{size[0]}x{size[1]}-{motion}-{seed}",
+        key=f"test-{n_frames}-{size[0]}x{size[1]}-{motion}-{seed}-{landmarker}",
         fps=fps,
         width=size[0],
         height=size[1],

@@ -1,15 +1,22 @@
-"""`warp`: the default renderer, no weights. Opens the mouth with the audio's loudness.
+"""`warp`: the default renderer, no weights. Moves the mouth with the audio.
 
 For output frame t showing stored frame i:
 
-1. openness o = loudness envelope of the audio at the video rate (0 = closed);
-2. move the stored landmarks of frame i: jaw (4-12) and lower lip (55-59, 65-67)
-   down by o x a fraction of the lower-face height, upper lip a little up; the nose,
-   the upper jaw line and points under the chin stay put;
+1. openness o (loudness envelope, 0 = closed) and shape r (spectral centroid: -1
+   rounded "oo", +1 spread "ee") of the audio at the video rate;
+2. move the stored landmarks of frame i in the face's own axes (eye line across, its
+   normal down): jaw (4-12) and lower lip down by o x a fraction of the lower-face
+   height, upper lip a little up; mouth corners in by o x r for rounding, out for
+   spreading (then the lips part a little less); the nose, the upper jaw line and
+   points under the chin stay put;
 3. turn the moves into a smooth displacement field (normalised Gaussian weights of
    the landmark moves, with a constant "stay" weight so it fades to 0 away from the
-   mouth), computed on a coarse grid and upsampled, and `cv2.remap` the region;
-4. darken the inner mouth (polygon 60-67 after the move) in proportion to o;
+   mouth), computed on a coarse grid and upsampled, and `cv2.remap` the region: lips,
+   skin and teeth keep their colours, only their geometry moves;
+4. inside the mouth, the upper half of what the stored frame shows between the lips
+   (the upper teeth, if they show) moves with the upper lip and the lower half with
+   the lower lip, without stretching; only the gap that opens between them, the part
+   of the mouth the stored frame does not show, is drawn as a dark mouth interior;
 5. blend back through the stored mask.
 
 Only the part of the blend square where the mask is non-zero is touched, so the
@@ -25,11 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.assets import AvatarAssets
-from pipeline.render.audio import loudness_envelope
+from pipeline.render.audio import loudness_envelope, mouth_spread
 from pipeline.render.renderers.base import blend, fit_mask
 
 # Landmark moves at openness 1, as fractions of the lower-face height (nose 33 to
-# chin 8); positive is down. Jaw and lip corners taper towards the sides.
+# chin 8), along the face's down axis (positive is down). Jaw and lip taper to the sides.
 JAW_DROP = 0.16
 LIP_DROP = 0.19
 UPPER_RAISE = 0.03
@@ -44,27 +51,60 @@ MOVES: dict[int, float] = {
     **{i: -UPPER_RAISE for i in (49, 50, 51, 52, 53, 61, 62, 63)},
     **{i: CORNER_DROP for i in (48, 54, 60, 64)},
 }
+# Moves at openness 1 and shape +1 (spread; -1 rounds): (across, down), across being
+# towards the subject's left (image right for a frontal face). Corners go out, and the
+# lips part less, as for "ee"; rounding brings the corners in and parts them more.
+SPREAD = 0.09
+SHAPE_MOVES: dict[int, tuple[float, float]] = {
+    48: (-SPREAD, 0.0),
+    60: (-0.9 * SPREAD, 0.0),
+    49: (-0.5 * SPREAD, 0.0),
+    59: (-0.5 * SPREAD, 0.0),
+    54: (SPREAD, 0.0),
+    64: (0.9 * SPREAD, 0.0),
+    53: (0.5 * SPREAD, 0.0),
+    55: (0.5 * SPREAD, 0.0),
+    **{i: (0.0, -0.3 * LIP_DROP * w) for i, w in ((56, 0.9), (57, 1), (58, 0.9))},
+    **{i: (0.0, -0.3 * LIP_DROP * w) for i, w in ((65, 0.85), (66, 1), (67, 0.85))},
+}
 STILL = (*range(0, 4), *range(13, 17), *range(27, 36))  # anchors: upper jaw line, nose
 UNDER_CHIN = range(5, 12)  # anchors this far below these jaw points keep the neck still
 UNDER_CHIN_DEPTH = 0.6
 SIGMA = 0.22  # Gaussian width, x lower-face height
 STAY = 0.05  # weight of "no move" everywhere: the field fades out past ~2.5 sigma
-MOUTH_RGB = np.array([50, 20, 25], np.float32)  # colour of a dark open mouth
-MOUTH_DARK_ALL = 0.3  # darkening of the whole inner mouth at openness 1 ...
-MOUTH_DARK_CORE = 0.5  # ... plus this in the core band where the teeth part
-CORE_SQUEEZE = 0.45  # core band height / inner mouth height
+# Between the mouth corners, a pixel above the line where the lips meet hardly feels
+# the landmarks below it, and the other way round, so the lips part by their full move
+# instead of a blur of the upper lip's and the lower lip's (they are a few px apart).
+LOWER_SIDE = (*range(4, 13), 55, 56, 57, 58, 59, 65, 66, 67)
+UPPER_SIDE = (*range(0, 4), *range(13, 17), *range(27, 36), 49, 50, 51, 52, 53, 61, 62, 63)
+ACROSS_MOUTH = 0.05  # weight of a landmark across the lip line, in the mouth's middle
+UPPER_INNER = (60, 61, 62, 63, 64)  # inner lip lines, corner to corner
+LOWER_INNER = (60, 67, 66, 65, 64)
+MOUTH_TOP_RGB = np.array([38, 14, 18], np.float32)  # the opened gap: dark at the top ...
+MOUTH_BOTTOM_RGB = np.array([112, 46, 52], np.float32)  # ... the tongue's red at the bottom
+UPPER_SHARE = 0.75  # of what shows between the stored lips, the part that moves with the
+# upper lip: in a smile or a half-open mouth the upper teeth show most
+MOUTH_EDGE = 0.02  # softness of the gap's edges, x lower-face height
 
 
 @dataclass
 class _Plan:
-    """What frame i needs, computed once: where to work and the unit displacement."""
+    """What frame i needs, computed once: where to work and the unit displacements."""
 
     box: tuple[int, int, int, int]  # work region in frame coords: mask > 0, in frame
     src: tuple[int, int, int, int]  # source patch the remap reads (box + margin)
     field: np.ndarray  # (gh, gw, 2) float32 displacement at openness 1, coarse
+    shape_field: np.ndarray  # (gh, gw, 2) ... added per unit of openness x shape
     inner: np.ndarray  # (8, 2) inner lip points 60-67, frame coords
-    inner_move: np.ndarray  # (8, 2) their move at openness 1
+    inner_move: np.ndarray  # (8, 2) their move at openness 1, as the field moves them
+    inner_shape_move: np.ndarray  # (8, 2) ... per unit of openness x shape
+    origin: np.ndarray  # (2,) face axes' origin (between the mouth corners)
+    axes: np.ndarray  # (2, 2) rows: across, down (unit vectors)
     scale: float  # lower-face height, px
+
+    def moved_inner(self, o: float, r: float) -> np.ndarray:
+        """Inner lip points 60-67 at openness o and shape r, frame coords."""
+        return self.inner + o * (self.inner_move + r * self.inner_shape_move)
 
 
 class WarpRenderer:
@@ -76,20 +116,27 @@ class WarpRenderer:
     def __init__(self) -> None:
         self._assets: AvatarAssets | None = None
         self._open = np.zeros(0, np.float32)
+        self._shape = np.zeros(0, np.float32)
         self._plans: dict[int, _Plan | None] = {}
 
-    # 1. audio -> openness per output frame
+    # 1. audio -> openness and shape per output frame
     def prepare(
         self, assets: AvatarAssets, audio: np.ndarray, sr: int, n_out: int, fps: float
     ) -> None:
-        env = loudness_envelope(audio, sr, fps)
+        env = _steady(loudness_envelope(audio, sr, fps))
+        spread = _steady(mouth_spread(audio, sr, fps))
         self._open = np.zeros(n_out, np.float32)
         self._open[: min(n_out, env.size)] = env[:n_out]
+        self._shape = np.zeros(n_out, np.float32)
+        self._shape[: min(n_out, spread.size)] = spread[:n_out]
         self._assets = assets
         self._plans = {}
 
     def openness(self) -> np.ndarray:
         return self._open
+
+    def shape(self) -> np.ndarray:
+        return self._shape
 
     def render_batch(
         self, ts: Sequence[int], idxs: Sequence[int], frames: Sequence[np.ndarray]
@@ -100,10 +147,11 @@ class WarpRenderer:
         if self._assets is None:
             raise RuntimeError("WarpRenderer.render() before prepare()")
         o = float(self._open[t]) if t < self._open.size else 0.0
+        r = float(self._shape[t]) if t < self._shape.size else 0.0
         plan = self._plan(int(idx))
         if plan is None or o <= 1e-3:
             return frame.copy()
-        region = self._warp(frame, plan, o)
+        region = self._warp(frame, plan, o, r)
         a = self._assets
         mbox = a.mask_boxes[idx]
         mask = fit_mask(a.masks[idx], mbox)
@@ -111,34 +159,60 @@ class WarpRenderer:
         mask = mask[y1 - mbox[1] : y2 - mbox[1], x1 - mbox[0] : x2 - mbox[0]]
         return blend(frame, region, plan.box, mask, plan.box)
 
-    # 2-3. the displacement field of frame i, at openness 1 (it scales linearly)
+    # 2-3. the displacement fields of frame i (they scale linearly)
     def _plan(self, idx: int) -> _Plan | None:
         if idx not in self._plans:
             self._plans[idx] = _make_plan(self._assets, idx)
         return self._plans[idx]
 
-    # 3-4. remap the work region and darken the opened mouth
-    def _warp(self, frame: np.ndarray, plan: _Plan, o: float) -> np.ndarray:
+    # 3-4. remap the work region; teeth move with the lips, the new gap is dark
+    def _warp(self, frame: np.ndarray, plan: _Plan, o: float, r: float) -> np.ndarray:
         import cv2
 
         x1, y1, x2, y2 = plan.box
         sx1, sy1, sx2, sy2 = plan.src
-        field = cv2.resize(plan.field, (x2 - x1, y2 - y1), interpolation=cv2.INTER_LINEAR)
+        coarse = plan.field + r * plan.shape_field
+        field = cv2.resize(coarse, (x2 - x1, y2 - y1), interpolation=cv2.INTER_LINEAR)
         # Backward map: output pixel p reads the source at p - o * d(p).
         map_x = field[..., 0] * -o + np.arange(x1 - sx1, x2 - sx1, dtype=np.float32)[None, :]
         map_y = field[..., 1] * -o + np.arange(y1 - sy1, y2 - sy1, dtype=np.float32)[:, None]
+        gap = _mouth_interior(plan, o, r, map_x, map_y, (x1, y1), (sx1, sy1))
         src = frame[sy1:sy2, sx1:sx2]
         out = cv2.remap(src, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-        _darken_mouth(out, plan, o, (x1, y1))
+        if gap is not None:
+            (gx1, gy1, gx2, gy2), alpha, colour = gap
+            patch = out[gy1:gy2, gx1:gx2].astype(np.float32)
+            a = alpha[..., None]
+            out[gy1:gy2, gx1:gx2] = (patch + a * (colour - patch) + 0.5).astype(np.uint8)
         return out
 
 
+def _steady(x: np.ndarray) -> np.ndarray:
+    """A centred [1, 2, 1] / 4 filter over video frames: the envelope's attack is shorter
+    than a frame at 25 fps, and a mouth that snaps open in one frame looks cut; the
+    whole audio is known, so the filter can look one frame ahead."""
+    if x.size < 3:
+        return x.astype(np.float32)
+    padded = np.concatenate([x[:1], x, x[-1:]]).astype(np.float32)
+    return (0.25 * padded[:-2] + 0.5 * padded[1:-1] + 0.25 * padded[2:]).astype(np.float32)
+
+
+def _face_axes(lm: np.ndarray) -> np.ndarray:
+    """(2, 2) unit vectors across (right eye to left eye) and down the face."""
+    across = lm[42:48].mean(0) - lm[36:42].mean(0)
+    norm = float(np.linalg.norm(across))
+    across = across / norm if norm > 1e-6 else np.array([1.0, 0.0], np.float32)
+    down = np.array([-across[1], across[0]], np.float32)
+    return np.stack([across, down]).astype(np.float32)
+
+
 def _make_plan(assets: AvatarAssets, idx: int) -> _Plan | None:
-    """Geometry and coarse unit field for stored frame idx; None if there is nothing to do."""
+    """Geometry and coarse unit fields for stored frame idx; None if there is nothing to do."""
     lm = np.asarray(assets.landmarks[idx], np.float32)
     if not np.isfinite(lm).all():
         return None
-    scale = float(lm[8, 1] - lm[33, 1])
+    axes = _face_axes(lm)
+    scale = float((lm[8] - lm[33]) @ axes[1])
     if scale < 4.0:
         return None
     # Work box: where the mask is non-zero, inside the frame.
@@ -152,7 +226,7 @@ def _make_plan(assets: AvatarAssets, idx: int) -> _Plan | None:
     y2 = min(mbox[1] + int(ys.max()) + 1, assets.height)
     if x2 <= x1 or y2 <= y1:
         return None
-    margin = int(math.ceil(scale * max(abs(v) for v in MOVES.values()))) + 2
+    margin = int(math.ceil(scale * (max(abs(v) for v in MOVES.values()) + SPREAD))) + 2
     src = (
         max(x1 - margin, 0),
         max(y1 - margin, 0),
@@ -161,12 +235,19 @@ def _make_plan(assets: AvatarAssets, idx: int) -> _Plan | None:
     )
 
     # Control points: moving landmarks, still anchors, and anchors under the chin.
-    moving = np.array(sorted(MOVES), np.int64)
-    moves = np.array([MOVES[i] for i in moving], np.float32) * scale
-    under = lm[list(UNDER_CHIN)] + np.array([0.0, UNDER_CHIN_DEPTH * scale], np.float32)
+    moving = np.array(sorted(set(MOVES) | set(SHAPE_MOVES)), np.int64)
+    open_moves = np.array([[0.0, MOVES.get(i, 0.0)] for i in moving], np.float32)
+    shape_moves = np.array([SHAPE_MOVES.get(i, (0.0, 0.0)) for i in moving], np.float32)
+    under = lm[list(UNDER_CHIN)] + UNDER_CHIN_DEPTH * scale * axes[1]
     ctrl = np.concatenate([lm[moving], lm[list(STILL)], under])
-    disp = np.zeros((ctrl.shape[0], 2), np.float32)
-    disp[: moving.size, 1] = moves
+    ctrl_side = np.array(
+        [1 if i in LOWER_SIDE else -1 if i in UPPER_SIDE else 0 for i in moving]
+        + [-1] * len(STILL)
+        + [1] * len(UNDER_CHIN),
+        np.float32,
+    )
+    origin = (lm[48] + lm[54]) / 2
+    side_of = _lip_sides(lm, origin, axes)
 
     # Coarse grid sampled where cv2.resize will read it back (pixel-centre aligned).
     w, h = x2 - x1, y2 - y1
@@ -174,53 +255,145 @@ def _make_plan(assets: AvatarAssets, idx: int) -> _Plan | None:
     gw, gh = max(2, int(math.ceil(w / step))), max(2, int(math.ceil(h / step)))
     gx = x1 + (np.arange(gw, dtype=np.float32) + 0.5) * (w / gw) - 0.5
     gy = y1 + (np.arange(gh, dtype=np.float32) + 0.5) * (h / gh) - 0.5
-    pts = np.stack(np.meshgrid(gx, gy), axis=-1).reshape(-1, 2)
-    d2 = ((pts[:, None, :] - ctrl[None, :, :]) ** 2).sum(-1)
-    wts = np.exp(-d2 / (2.0 * (SIGMA * scale) ** 2))
-    field = (wts @ disp) / (wts.sum(1, keepdims=True) + STAY)
+    grid = np.stack(np.meshgrid(gx, gy), axis=-1).reshape(-1, 2)
+    inner = lm[60:68]
 
-    inner_ids = list(range(60, 68))
-    inner_move = np.zeros((8, 2), np.float32)
-    inner_move[:, 1] = [MOVES[i] * scale for i in inner_ids]
+    def field_of(moves_face: np.ndarray, pts: np.ndarray) -> np.ndarray:
+        disp = np.zeros((ctrl.shape[0], 2), np.float32)
+        disp[: moving.size] = (moves_face @ axes) * scale  # face axes -> frame pixels
+        d2 = ((pts[:, None, :] - ctrl[None, :, :]) ** 2).sum(-1)
+        wts = np.exp(-d2 / (2.0 * (SIGMA * scale) ** 2))
+        side, middle = side_of(pts)
+        across = (side[:, None] * ctrl_side[None, :]) < 0
+        wts *= np.where(across, 1.0 - (1.0 - ACROSS_MOUTH) * middle[:, None], 1.0)
+        return ((wts @ disp) / (wts.sum(1, keepdims=True) + STAY)).astype(np.float32)
+
+    # The inner lip points move as the field moves them (to first order, p -> p + d(p)),
+    # not by their control moves: the Gaussian field does not interpolate exactly, and
+    # the mouth interior must meet the warped lips.
     return _Plan(
         box=(x1, y1, x2, y2),
         src=src,
-        field=field.reshape(gh, gw, 2).astype(np.float32),
-        inner=lm[inner_ids],
-        inner_move=inner_move,
+        field=field_of(open_moves, grid).reshape(gh, gw, 2),
+        shape_field=field_of(shape_moves, grid).reshape(gh, gw, 2),
+        inner=inner,
+        inner_move=field_of(open_moves, inner),
+        inner_shape_move=field_of(shape_moves, inner),
+        origin=origin,
+        axes=axes,
         scale=scale,
     )
 
 
-def _darken_mouth(region: np.ndarray, plan: _Plan, o: float, origin: tuple[int, int]) -> None:
-    """Darken the opened inner-lip polygon in place, with soft edges.
+def _lip_sides(lm: np.ndarray, origin: np.ndarray, axes: np.ndarray):
+    """A function of points (P, 2) -> (side, middle): side -1 above the line where the
+    inner lips meet, +1 below; middle 1 at the mouth's centre falling to 0 at its
+    corners (and beyond), so the split fades out where the lips join."""
+    face = (lm[60:68] - origin) @ axes.T
+    ua, ub, la, lb = _lip_lines(face)
+    mid_b = (ub + np.interp(ua, la, lb)) / 2
+    half = max(float(np.linalg.norm(lm[54] - lm[48])) / 2, 1.0)
 
-    The stored mouth may already show teeth: the whole polygon is darkened only a
-    little, and a core band (the polygon squeezed towards its middle, where upper and
-    lower teeth part) a lot, so the teeth stay visible above and below the gap.
+    def side_of(pts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        p = (np.asarray(pts, np.float32) - origin) @ axes.T
+        side = np.where(p[:, 1] > np.interp(p[:, 0], ua, mid_b), 1.0, -1.0).astype(np.float32)
+        middle = np.clip(1.0 - np.abs(p[:, 0]) / half, 0.0, 1.0) ** 0.5
+        return side, middle.astype(np.float32)
+
+    return side_of
+
+
+def _lip_lines(pts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Upper and lower inner lip lines of face-axis points (8, 2) [60..67], each as
+    (across, down) samples sorted by across, for np.interp: a parabola through each
+    line's five points (lips curve; straight segments give the mouth a pointed
+    chin), bent linearly so it still ends exactly at the corners 60 and 64."""
+    out = []
+    for ids in (UPPER_INNER, LOWER_INNER):
+        line = pts[[i - 60 for i in ids]].astype(np.float64)
+        line = line[np.argsort(line[:, 0], kind="stable")]
+        a = np.linspace(line[0, 0], line[-1, 0], 16)
+        if line[-1, 0] - line[0, 0] > 1e-3:
+            coef = np.polyfit(line[:, 0], line[:, 1], 2)
+            ends = line[[0, -1], 1] - np.polyval(coef, line[[0, -1], 0])
+            b = np.polyval(coef, a) + np.interp(a, line[[0, -1], 0], ends)
+        else:
+            b = np.interp(a, line[:, 0], line[:, 1])
+        out += [a.astype(np.float32), b.astype(np.float32)]
+    return out[0], out[1], out[2], out[3]
+
+
+def _mouth_interior(
+    plan: _Plan,
+    o: float,
+    r: float,
+    map_x: np.ndarray,
+    map_y: np.ndarray,
+    origin: tuple[int, int],
+    src_origin: tuple[int, int],
+) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray] | None:
+    """Rewrite map_x/map_y (in place) between the moved inner lips so the stored
+    interior moves rigidly with the lips; return the opened gap as (box in region
+    coords, alpha, colour), or None if the mouth does not open past the stored one.
+
+    Works in face axes (a across, b down) about plan.origin. At an across-position
+    the stored interior spans [yu, yl] (inner upper and lower lip), split at
+    s = yu + UPPER_SHARE (yl - yu); the moved lips span [Yu, Yl]. Output rows from Yu to Yu + (s - yu) read the
+    stored rows from yu (moved with the upper lip), rows from Yl - (yl - s) to Yl read
+    them moved with the lower lip, and the rows between, Yl - Yu - (yl - yu) of them,
+    are the gap: mouth that the stored frame does not show.
     """
-    import cv2
+    axes, c = plan.axes, plan.origin
+    src_face = (plan.inner - c) @ axes.T
+    new_face = (plan.moved_inner(o, r) - c) @ axes.T
+    su_a, su_b, sl_a, sl_b = _lip_lines(src_face)
+    nu_a, nu_b, nl_a, nl_b = _lip_lines(new_face)
 
-    poly = plan.inner + o * plan.inner_move - np.array(origin, np.float32)
-    blur = max(1.0, 0.02 * plan.scale)
-    pad = int(math.ceil(3 * blur)) + 1
-    h, w = region.shape[:2]
-    bx1, by1 = np.floor(poly.min(0)).astype(int) - pad
-    bx2, by2 = np.ceil(poly.max(0)).astype(int) + pad + 1
+    # Region-coordinate box around the moved inner mouth, with a soft edge's room.
+    moved = plan.moved_inner(o, r)
+    edge = max(0.75, MOUTH_EDGE * plan.scale)
+    pad = int(math.ceil(2 * edge)) + 1
+    h, w = map_x.shape
+    bx1, by1 = (np.floor(moved.min(0)).astype(int) - pad) - origin
+    bx2, by2 = (np.ceil(moved.max(0)).astype(int) + pad + 1) - origin
     bx1, by1, bx2, by2 = max(bx1, 0), max(by1, 0), min(bx2, w), min(by2, h)
     if bx2 <= bx1 or by2 <= by1:
-        return
-    poly = poly - [bx1, by1]
-    mid_y = poly[:, 1].mean() + 0.1 * np.ptp(poly[:, 1])
-    core = poly.copy()
-    core[:, 1] = mid_y + (core[:, 1] - mid_y) * CORE_SQUEEZE
-    m = np.zeros((by2 - by1, bx2 - bx1), np.float32)
-    for shape, weight in ((poly, MOUTH_DARK_ALL), (core, MOUTH_DARK_CORE)):
-        layer = np.zeros_like(m)
-        pts = np.round(shape * 16).astype(np.int32)  # 4 fractional bits: sub-pixel edges
-        cv2.fillPoly(layer, [pts], 1.0, lineType=cv2.LINE_AA, shift=4)
-        m += weight * layer
-    m = cv2.GaussianBlur(m, (0, 0), blur)
-    alpha = o * m[..., None]
-    patch = region[by1:by2, bx1:bx2].astype(np.float32)
-    region[by1:by2, bx1:bx2] = (patch + alpha * (MOUTH_RGB - patch) + 0.5).astype(np.uint8)
+        return None
+    ys, xs = np.mgrid[by1:by2, bx1:bx2].astype(np.float32)
+    pa = (xs + origin[0] - c[0]) * axes[0, 0] + (ys + origin[1] - c[1]) * axes[0, 1]
+    pb = (xs + origin[0] - c[0]) * axes[1, 0] + (ys + origin[1] - c[1]) * axes[1, 1]
+    upper_new, lower_new = np.interp(pa, nu_a, nu_b), np.interp(pa, nl_a, nl_b)
+    inside = (pa > nu_a[0]) & (pa < nu_a[-1]) & (pb >= upper_new) & (pb <= lower_new)
+    if not inside.any():
+        return None
+
+    # Where the field says this pixel comes from (across); the stored lips there.
+    mx = map_x[by1:by2, bx1:bx2] + src_origin[0]
+    my = map_y[by1:by2, bx1:bx2] + src_origin[1]
+    sa = (mx - c[0]) * axes[0, 0] + (my - c[1]) * axes[0, 1]
+    upper_old, lower_old = np.interp(sa, su_a, su_b), np.interp(sa, sl_a, sl_b)
+    split = upper_old + UPPER_SHARE * (lower_old - upper_old)
+    gap_top = upper_new + (split - upper_old)
+    gap_bottom = lower_new - (lower_old - split)
+    sb = np.where(
+        pb <= (gap_top + gap_bottom) / 2,
+        pb - (upper_new - upper_old),  # with the upper lip
+        pb - (lower_new - lower_old),  # with the lower lip
+    )
+    sx = c[0] + sa * axes[0, 0] + sb * axes[1, 0] - src_origin[0]
+    sy = c[1] + sa * axes[0, 1] + sb * axes[1, 1] - src_origin[1]
+    map_x[by1:by2, bx1:bx2] = np.where(inside, sx, map_x[by1:by2, bx1:bx2])
+    map_y[by1:by2, bx1:bx2] = np.where(inside, sy, map_y[by1:by2, bx1:bx2])
+
+    height = gap_bottom - gap_top
+    if float(height.max(initial=0.0)) <= 0.05:
+        return None
+
+    def soft(x: np.ndarray) -> np.ndarray:
+        return np.clip(x / edge + 0.5, 0.0, 1.0)
+
+    # Soft on all sides; the across taper keeps the corners from showing a hard tip.
+    alpha = soft(pb - gap_top) * soft(gap_bottom - pb) * np.clip(height / edge, 0.0, 1.0)
+    depth = np.clip((pb - gap_top) / np.maximum(height, 1e-3), 0.0, 1.0)[..., None]
+    colour = MOUTH_TOP_RGB + depth * (MOUTH_BOTTOM_RGB - MOUTH_TOP_RGB)
+    return (bx1, by1, bx2, by2), alpha.astype(np.float32), colour.astype(np.float32)
