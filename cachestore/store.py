@@ -84,6 +84,23 @@ class Reader:
             key, rec["name"], rec["blobs"], rec["meta"], rec["created"], rec["nbytes"]
         )
 
+    def blob_ok(self, digest: str, checksums: bool = True) -> bool:
+        """The blob is present and whole: its header parses, its payload has the size the
+        header gives and (with `checksums`) the xxh3-64 the header records."""
+        value = self.txn.get(digest.encode(), db=self.store.dbs["blob"])
+        if value is None:
+            return False
+        try:
+            codec.decode(value, verify=checksums)
+        except codec.CodecError:
+            return False
+        return True
+
+    def stage_ok(self, key: str, checksums: bool = True) -> bool:
+        """The stage manifest exists and every blob it names is whole (see blob_ok)."""
+        rec = self.get("stage", key)
+        return rec is not None and all(self.blob_ok(d, checksums) for d in rec["blobs"].values())
+
     def array(self, digest: str, verify: bool = True) -> np.ndarray:
         """Zero-copy view of one blob; raises KeyError if absent, CodecError if damaged."""
         value = self.txn.get(digest.encode(), db=self.store.dbs["blob"])
@@ -256,7 +273,10 @@ class Store:
         def txn_fn(txn: lmdb.Transaction) -> None:
             blob_db = self.dbs["blob"]
             for n, value in encoded.items():
-                txn.put(blobs[n].encode(), value, db=blob_db, overwrite=False)
+                # a blob already stored under this digest is kept unless it is damaged:
+                # then these (the bytes the digest names) replace it, which is the repair
+                if txn.get(blobs[n].encode(), db=blob_db) != value:
+                    txn.put(blobs[n].encode(), value, db=blob_db)
             txn.put(key.encode(), pack(record), db=self.dbs["stage"])
             self._count(txn, "bytes_written", nbytes)
 
@@ -270,15 +290,15 @@ class Store:
     def stage_ok(self, key: str) -> bool:
         """True when the stage manifest exists and every blob it names passes its checksum."""
         with self.read() as r:
-            rec = r.stage(key)
-            if rec is None:
-                return False
-            try:
-                for digest in rec.blobs.values():
-                    r.array(digest, verify=True)
-            except (KeyError, codec.CodecError):
-                return False
-            return True
+            return r.stage_ok(key)
+
+    def damaged_stages(self, stages: Mapping[str, str], checksums: bool = True) -> list[str]:
+        """The names (of `stages`, name -> stage key) whose manifest is missing or that
+        name a missing or damaged blob, in one read snapshot. This is the hit path's
+        integrity check: with `checksums` every blob's payload is hashed, without it
+        only headers and sizes are read."""
+        with self.read() as r:
+            return [n for n, k in stages.items() if not r.stage_ok(k, checksums)]
 
     def load_arrays(self, key: str, names: list[str] | None = None) -> dict[str, np.ndarray] | None:
         """Copies of a stage's arrays, checksums verified; None when missing or damaged."""

@@ -69,7 +69,7 @@ def lip_sync(
     whatever precompile and render raise.
     """
     from pipeline.catalog import plan_for
-    from pipeline.hot import load_assets
+    from pipeline.hot import load_assets, why_not_hot
     from pipeline.personas import resolve as resolve_source
     from pipeline.precompile.run import precompile
     from pipeline.render.video import check_output, render_video
@@ -91,10 +91,10 @@ def lip_sync(
     # 2. hot, or just in time
     planned = plan_for(store, found.path, recipe)
     avatar, jit, jit_seconds = planned.avatar, False, 0.0
-    if store.get_avatar(planned.avatar) is None:
+    if (why := why_not_hot(store, planned.avatar)) is not None:
         if request.no_jit:
             raise LookupError(
-                f"{found.path.name} is cold under this recipe; make it hot with "
+                f"avatar {planned.avatar[:12]} of {found.path.name} {why}; make it hot with "
                 f"`hotplate precompile {found.path}` (or drop --no-jit)"
             )
         jit_start = time.perf_counter()

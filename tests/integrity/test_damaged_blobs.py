@@ -1,0 +1,164 @@
+"""A damaged or missing blob is found on the hit path and rebuilt, for every blob kind.
+
+Real LMDB, real processes: the damage is written into data.mdb through LMDB (one
+payload byte flipped, or the blob deleted), then the real CLI renders."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import av
+import pytest
+
+from cachestore import codec
+from cachestore.store import forget_store, open_store
+from cachestore.verify import verify
+from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.run import precompile
+from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
+
+SIZE = (540, 960)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """personas, speech and a cache where the loop is hot, made once by the real CLI."""
+    root = tmp_path_factory.mktemp("made")
+    (root / "personas" / "astro").mkdir(parents=True)
+    write_loop_video(root / "personas" / "astro" / "studio.mp4", n_frames=8, size=SIZE)
+    write_wav(root / "speech.wav", make_speech_audio(1.0), 16000)
+    result = hotplate(root, "precompile", str(root / "personas" / "astro" / "studio.mp4"))
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+@pytest.fixture
+def world(made, tmp_path):
+    """A private copy of `made` (the store too) that a test may damage."""
+    for name in ("personas", "cache"):
+        shutil.copytree(made / name, tmp_path / name)
+    shutil.copy(made / "speech.wav", tmp_path)
+    return tmp_path
+
+
+def hotplate(world, *args):
+    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
+    cmd += ["--cache", str(world / "cache"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=world)
+
+
+def render(world, out, *extra):
+    return hotplate(
+        world,
+        "render",
+        "--persona",
+        "astro",
+        "--attire",
+        "studio",
+        "--audio",
+        str(world / "speech.wav"),
+        "-o",
+        str(out),
+        *extra,
+    )
+
+
+def damage(cache, stage: str, array: str, how: str = "flip") -> str:
+    """Flip one payload byte of (or delete) the blob holding `array` of the only
+    avatar's `stage`; returns the blob's digest."""
+    store = open_store(cache)
+    try:
+        ((_, avatar),) = store.items("avatar")
+        blobs = store.read_value("stage", avatar["stages"][stage])["blobs"]
+        digest = blobs[next(n for n in sorted(blobs) if n.startswith(array))]
+        db = store.dbs["blob"]
+
+        def txn_fn(txn):
+            value = bytearray(txn.get(digest.encode(), db=db))
+            if how == "delete":
+                txn.delete(digest.encode(), db=db)
+                return
+            head = codec.read_header(value)
+            value[head.offset + head.nbytes // 2] ^= 0x10
+            txn.put(digest.encode(), bytes(value), db=db)
+
+        store.write(txn_fn)
+        assert verify(store)[1], "the damage was not written"
+    finally:
+        forget_store(cache)
+    return digest
+
+
+def frames_of(path):
+    with av.open(str(path)) as c:
+        return sum(1 for _ in c.decode(video=0))
+
+
+def test_flipped_masks_byte_fails_no_jit_in_one_line_then_render_rebuilds(world):
+    damage(world / "cache", "masks", "masks")
+
+    refused = render(world, world / "nojit.mp4", "--no-jit")
+    assert refused.returncode == 1
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: avatar "), refused.stderr
+    assert "damaged" in lines[0] and "masks" in lines[0] and "hotplate precompile" in lines[0]
+
+    fixed = render(world, world / "fixed.mp4")
+    assert fixed.returncode == 0, fixed.stderr
+    assert "JIT precompile" in fixed.stdout
+    assert frames_of(world / "fixed.mp4") == 25
+    assert verify(open_store(world / "cache", readonly=True)) == (6, [])
+    forget_store(world / "cache")
+
+
+@pytest.mark.parametrize(
+    "stage, array, how",
+    [
+        ("decode", "frame/", "flip"),
+        ("track", "boxes", "flip"),
+        ("landmarks", "landmarks", "flip"),
+        ("crops", "crops", "flip"),
+        ("crops", "crop_boxes", "flip"),
+        ("masks", "mask_boxes", "flip"),
+        ("decode", "frame/", "delete"),
+        ("masks", "masks", "delete"),
+    ],
+)
+def test_any_damaged_blob_is_rebuilt_by_precompile_and_the_render_is_valid(
+    world, stage, array, how
+):
+    damage(world / "cache", stage, array, how)
+
+    again = hotplate(world, "precompile", str(world / "personas" / "astro" / "studio.mp4"))
+    assert again.returncode == 0, again.stderr
+    assert f"rebuilt damaged {stage}" in again.stdout
+    assert verify(open_store(world / "cache", readonly=True)) == (6, [])
+    forget_store(world / "cache")
+
+    out = render(world, world / "out.mp4", "--no-jit")
+    assert out.returncode == 0, out.stderr
+    assert "cache hit" in out.stdout and frames_of(world / "out.mp4") == 25
+
+
+def test_damaged_latents_rebuild_only_latents(tmp_path):
+    from tests.pipeline.render_fixtures import save_tiny_musetalk_models
+
+    models = tmp_path / "models"
+    save_tiny_musetalk_models(models)
+    source = write_loop_video(tmp_path / "loop.mp4", n_frames=6, size=SIZE)
+    recipe = Recipe(vae="sd-vae-ft-mse", models_dir=models)
+    store = open_store(tmp_path / "cache")
+    try:
+        precompile(source, recipe, store)
+        forget_store(tmp_path / "cache")
+        damage(tmp_path / "cache", "latents", "latents")
+        store = open_store(tmp_path / "cache")
+        report = precompile(source, recipe, store)
+        assert report.damaged == ["latents"]
+        assert [s.name for s in report.stages if not s.hit] == ["latents"]
+        assert verify(store) == (7, [])
+        assert precompile(source, recipe, store).hit
+    finally:
+        forget_store(tmp_path / "cache")
