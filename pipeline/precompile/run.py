@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from cachestore.errors import MissingStageError
-from cachestore.hashcache import file_digest
+from cachestore.hashcache import file_digest, snapshot
 from cachestore.store import Store
 from pipeline.frames import FrameSource, frame_name
 from pipeline.nets.modelcache import kept
@@ -99,9 +99,36 @@ def precompile(
         store.touch(keys.avatar)
         return report
     store.count("misses")
+    # decode reads a private snapshot, hashed as it was copied: a file rewritten in place
+    # from here on cannot put its new frames under the digest of its old bytes
+    size, copied = path.stat().st_size, 0
+
+    def on_bytes(n: int) -> None:
+        nonlocal copied
+        copied += n
+        progress("snapshot", copied, size)
+
+    with snapshot(store, path, on_bytes) as (copy, snap_digest):
+        if snap_digest != digest:  # the file changed since it was hashed: plan what was read
+            keys = plan(snap_digest, recipe)
+            report = PrecompileReport(path, snap_digest, keys.avatar)
+        return _build_once(path, copy, recipe, store, keys, report, force, progress)
+
+
+def _build_once(
+    path: Path,
+    copy: Path,
+    recipe: Recipe,
+    store: Store,
+    keys: Plan,
+    report: PrecompileReport,
+    force: bool,
+    progress: Progress,
+) -> PrecompileReport:
+    """_build, retried once when gc removes a fresh stage; a failure leaves no manifest."""
     for attempt in range(2):
         try:
-            return _build(path, recipe, store, keys, report, force, progress)
+            return _build(path, copy, recipe, store, keys, report, force, progress)
         except MissingStageError:
             if attempt:  # gc removed a fresh stage twice in a row: give up loudly
                 raise
@@ -115,6 +142,7 @@ def precompile(
 
 def _build(
     path: Path,
+    copy: Path,
     recipe: Recipe,
     store: Store,
     keys: Plan,
@@ -124,7 +152,7 @@ def _build(
 ) -> PrecompileReport:
     run = StageRunner(store, keys, report, force)
     # 2. decode: every frame, encoded with the frame codec, so renders never open the source
-    decode = run.stage("decode", lambda: decode_stage(path, recipe, progress))
+    decode = run.stage("decode", lambda: decode_snapshot(copy, path, recipe, progress))
     n = int(decode.meta["frames"])
     frames = FrameSource(
         store, decode.blobs, max(int(decode.meta["width"]), int(decode.meta["height"]))
@@ -189,6 +217,16 @@ class StageRunner:
             StageResult(name, key, False, time.perf_counter() - start, record.nbytes)
         )
         return record
+
+
+def decode_snapshot(copy: Path, path: Path, recipe: Recipe, progress: Progress):
+    """decode_stage on the snapshot; its errors name the user's file, not the copy."""
+    from pipeline.media import MediaError
+
+    try:
+        return decode_stage(copy, recipe, progress)
+    except MediaError as exc:
+        raise MediaError(str(exc).replace(str(copy), str(path))) from None
 
 
 def decode_stage(path: Path, recipe: Recipe, progress: Progress):
