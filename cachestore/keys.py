@@ -97,9 +97,7 @@ def copy_and_hash(
                 on_bytes(n)
         after = FileStat.of(os.stat(path))
     if after != before:
-        raise FileChangedError(
-            f"{path} changed while it was being read; try again once it settles"
-        )
+        raise FileChangedError(f"{path} changed while it was being read; try again once it settles")
     return hasher.hexdigest(), before
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 from pathlib import Path
 
 from cachestore.errors import StoreFullError
@@ -56,7 +55,3 @@ def raise_if_full(exc: BaseException, where: str | os.PathLike, needed: int) -> 
     """Raise StoreFullError from exc when exc is a full disk; otherwise return."""
     if is_full(exc):
         raise full_error(where, needed) from exc
-
-
-def disk_total(path: str | os.PathLike) -> int:
-    return shutil.disk_usage(path).total

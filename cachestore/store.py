@@ -27,8 +27,14 @@ import msgpack
 import numpy as np
 
 from cachestore import codec
-from cachestore.errors import MissingStageError, StoreDamagedError, StoreNotWritableError
+from cachestore.errors import (
+    MissingStageError,
+    StoreDamagedError,
+    StoreFullError,
+    StoreNotWritableError,
+)
 from cachestore.keys import digest_bytes
+from cachestore.space import free_bytes, full_error, is_full
 
 SCHEMA = 1
 DATABASES = ("blob", "stage", "avatar", "source", "access", "meta", "hashcache", "pin")
@@ -227,10 +233,12 @@ class Store:
         finally:
             txn.abort()
 
-    def write(self, fn: Any) -> Any:
+    def write(self, fn: Any, nbytes: int = 0) -> Any:
         """Run fn(txn) in one write transaction; grow the map and retry when it is full.
 
         fn must be repeatable: on MapFullError the transaction is aborted and fn runs again.
+        nbytes: about how much the transaction writes, for the full-disk message.
+        Raises StoreFullError when the disk is full (the transaction commits nothing).
         """
         with self._write_lock:
             while True:
@@ -238,15 +246,27 @@ class Store:
                     with self.env.begin(write=True) as txn:
                         return fn(txn)
                 except lmdb.MapFullError:
-                    self._grow()
+                    self._grow(nbytes)
                 except lmdb.MapResizedError:
                     self.env.set_mapsize(0)
                 except DAMAGE as exc:
                     raise self._damaged(exc) from exc
+                except lmdb.Error as exc:
+                    # LMDB reports a short write (ENOSPC) at commit as EIO: ask the disk
+                    if is_full(exc) or free_bytes(self.path) < max(nbytes, 1 << 20):
+                        raise full_error(self.path, nbytes) from exc
+                    raise
 
-    def _grow(self) -> None:
+    def _grow(self, nbytes: int) -> None:
+        """Double the map, but never past what the disk can hold: the map is a promise
+        LMDB makes to writers, so a map larger than the disk is refused here, in one
+        line naming the space, rather than failing later inside a commit."""
         size = self.env.info()["map_size"]
-        self.env.set_mapsize(size * 2)
+        data = (self.path / "data.mdb").stat().st_size
+        room = data + free_bytes(self.path)
+        if room <= size:
+            raise full_error(self.path, nbytes or size // 8)
+        self.env.set_mapsize(min(size * 2, room))
 
     def read_value(self, db: str, key: str) -> Any:
         with self.read() as r:
@@ -280,7 +300,7 @@ class Store:
             txn.put(key.encode(), pack(record), db=self.dbs["stage"])
             self._count(txn, "bytes_written", nbytes)
 
-        self.write(txn_fn)
+        self.write(txn_fn, nbytes)
         return StageRecord(key, name, blobs, dict(meta), created, nbytes)
 
     def get_stage(self, key: str) -> StageRecord | None:
@@ -356,8 +376,13 @@ class Store:
             return rec
 
     def touch(self, key: str) -> None:
-        """Record a use of an avatar (for LRU eviction and the gc grace period)."""
-        self.write(lambda txn: txn.put(key.encode(), pack(time.time()), db=self.dbs["access"]))
+        """Record a use of an avatar (for LRU eviction and the gc grace period).
+
+        A hint, not data: on a full disk it is skipped, so hot renders go on."""
+        try:
+            self.write(lambda txn: txn.put(key.encode(), pack(time.time()), db=self.dbs["access"]))
+        except StoreFullError:
+            pass
 
     # -- small records -----------------------------------------------------------
 
@@ -372,8 +397,11 @@ class Store:
             return list(r.items(db))
 
     def count(self, name: str, n: int = 1) -> None:
-        """Add n to a counter in `meta` (hits, misses, ...)."""
-        self.write(lambda txn: self._count(txn, name, n))
+        """Add n to a counter in `meta` (hits, misses, ...); skipped on a full disk."""
+        try:
+            self.write(lambda txn: self._count(txn, name, n))
+        except StoreFullError:
+            pass
 
     def _count(self, txn: lmdb.Transaction, name: str, n: int) -> None:
         key = f"count:{name}".encode()

@@ -9,6 +9,7 @@ missing data.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from cachestore.errors import MissingStageError
+from cachestore.errors import MissingStageError, StoreFullError
 from cachestore.hashcache import file_digest, snapshot
 from cachestore.store import Store
 from pipeline.frames import FrameSource, frame_name
@@ -135,7 +136,8 @@ def _build_once(
             report.stages.clear()
         except BaseException:
             # a failed precompile leaves no manifest behind (a kill -9 may: each is whole)
-            store.discard_stages([s.key for s in report.stages if not s.hit])
+            with contextlib.suppress(StoreFullError):  # on a full disk they stay, whole, for gc
+                store.discard_stages([s.key for s in report.stages if not s.hit])
             raise
     raise AssertionError("unreachable")
 
