@@ -193,6 +193,7 @@ def _build(
             "width": decode.meta["width"],
             "height": decode.meta["height"],
             "counts": report.counts,
+            "recipe": recipe.fields(),  # what `hotplate verify --repair` rebuilds it with
         },
     )
     return report

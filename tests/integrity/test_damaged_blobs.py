@@ -162,3 +162,41 @@ def test_damaged_latents_rebuild_only_latents(tmp_path):
         assert precompile(source, recipe, store).hit
     finally:
         forget_store(tmp_path / "cache")
+
+
+def test_verify_repair_rebuilds_from_the_source_and_names_a_gone_one(made, tmp_path):
+    source = tmp_path / "personas" / "solo" / "take.mp4"
+    source.parent.mkdir(parents=True)
+    shutil.copy(made / "personas" / "astro" / "studio.mp4", source)
+    shutil.copy(made / "speech.wav", tmp_path)
+    assert hotplate(tmp_path, "precompile", str(source)).returncode == 0
+    damage(tmp_path / "cache", "masks", "masks")
+    assert hotplate(tmp_path, "verify").returncode == 1
+
+    repaired = hotplate(tmp_path, "verify", "--repair")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    assert repaired.stdout.startswith("rebuilt\tavatar:") and "stages masks" in repaired.stdout
+    assert "0 problems" in repaired.stdout
+    out = hotplate(
+        tmp_path,
+        "render",
+        "--persona",
+        "solo",
+        "--attire",
+        "take",
+        "--audio",
+        str(tmp_path / "speech.wav"),
+        "-o",
+        str(tmp_path / "out.mp4"),
+        "--no-jit",
+    )
+    assert out.returncode == 0, out.stderr
+
+    damage(tmp_path / "cache", "decode", "frame/")
+    source.unlink()
+    gone = hotplate(tmp_path, "verify", "--repair")
+    assert gone.returncode == 1
+    assert "source-gone" in gone.stdout and "bad-blob" in gone.stdout
+    assert gone.stderr.strip().splitlines() == [
+        line for line in gone.stderr.strip().splitlines() if str(source) in line
+    ] and gone.stderr.strip()
