@@ -197,6 +197,8 @@ def test_verify_repair_rebuilds_from_the_source_and_names_a_gone_one(made, tmp_p
     gone = hotplate(tmp_path, "verify", "--repair")
     assert gone.returncode == 1
     assert "source-gone" in gone.stdout and "bad-blob" in gone.stdout
-    assert gone.stderr.strip().splitlines() == [
-        line for line in gone.stderr.strip().splitlines() if str(source) in line
-    ] and gone.stderr.strip()
+    assert (
+        gone.stderr.strip().splitlines()
+        == [line for line in gone.stderr.strip().splitlines() if str(source) in line]
+        and gone.stderr.strip()
+    )
