@@ -260,6 +260,7 @@ def test_a_file_that_changes_during_its_job_is_settled_again(personas, cache, jo
         d.wait_idle()
         assert len(d.events("job-start")) == 2 and len(d.events("job-done")) == 1
         assert not d.events("job-retry") and not d.events("job-failed")
+        assert any("queued as a new job" in r["msg"] for r in d.events("settle"))
     first, done = done_jobs(joblog)  # the first one's work was thrown away
     assert done["digest"] == xxhash.xxh3_128_hexdigest(target.read_bytes()) != first["digest"]
     assert source_table(cache, personas)["ann/grow.png"]["digest"] == done["digest"]
