@@ -81,6 +81,14 @@ def test_full_disk_mid_precompile_is_one_line_and_leaves_the_store_whole(disk, t
     made = hotplate(world, cache, "precompile", str(world / "personas" / "old" / "studio.mp4"))
     assert made.returncode == 0, made.stderr
 
+    # no room even for the snapshot of the new source: the copy fails, in one line
+    filler = fill(disk, leave=new.stat().st_size // 2)
+    no_copy = hotplate(world, cache, "precompile", str(new))
+    assert no_copy.returncode == 1
+    assert no_copy.stderr.count("\n") == 1 and "no space left for the cache" in no_copy.stderr
+    assert not list((cache / "snapshots").iterdir()), "a partial snapshot was left behind"
+    filler.unlink()
+
     # room for the snapshot of the new source, not for its frames
     filler = fill(disk, leave=new.stat().st_size + (1 << 20))
     full = hotplate(world, cache, "precompile", str(new))
@@ -104,3 +112,27 @@ def test_full_disk_mid_precompile_is_one_line_and_leaves_the_store_whole(disk, t
     checked = hotplate(world, cache, "verify")
     assert checked.returncode == 0 and "0 problems" in checked.stdout
     assert not list((cache / "snapshots").iterdir())
+
+
+def test_map_growth_stops_at_what_the_disk_holds(disk):
+    """A map that must grow past the free space is refused in one line, before LMDB
+    is promised more than the disk holds; what was written before stays readable."""
+    import numpy as np
+
+    from cachestore.errors import StoreFullError
+    from cachestore.store import Store
+    from cachestore.verify import verify
+
+    store = Store(disk / "cache", map_size=256 << 10)
+    try:
+        store.put_stage("small", "track", {"a": np.arange(1000)}, {})
+        fill(disk, leave=4 << 20)
+        with pytest.raises(StoreFullError, match=f"no space left for the cache in {disk}"):
+            for i in range(20):
+                store.put_stage(f"big-{i}", "masks", {"a": np.full(1 << 20, i, np.uint8)}, {})
+        assert store.env.info()["map_size"] <= os.path.getsize(disk / "cache" / "data.mdb") + (
+            4 << 20
+        )
+        assert verify(store)[1] == [] and store.load_arrays("small") is not None
+    finally:
+        store.close()
