@@ -19,28 +19,18 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.bench_store import best  # noqa: E402
 from cachestore.store import forget_store, open_store  # noqa: E402
 from pipeline.frames import frame_name  # noqa: E402
 from pipeline.hot import load_assets  # noqa: E402
 from pipeline.media import decode_frame, encode_frame  # noqa: E402
 from pipeline.synthetic import iter_loop_frames  # noqa: E402
-
-
-def best(fn: Callable[[], object], runs: int = 5) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def write_avatar(store, n: int, size: tuple[int, int]) -> tuple[str, dict[str, str], int]:
@@ -113,9 +103,9 @@ def main() -> None:
                 decode_frame(assets.load_frame._blob(i))
 
         assert store.damaged_stages(stages) == []
-        full = best(lambda: store.damaged_stages(stages))
-        light = best(lambda: store.damaged_stages(stages, checksums=False))
-        read = best(read_like_a_render)
+        full = best(lambda: store.damaged_stages(stages), 5)
+        light = best(lambda: store.damaged_stages(stages, checksums=False), 5)
+        read = best(read_like_a_render, 5)
         decode = best(decode_every_frame, runs=2) - read
         forget_store(Path(tmp) / "store")
     mb = nbytes / 2**20

@@ -113,32 +113,18 @@ def precompile(
         if snap_digest != digest:  # the file changed since it was hashed: plan what was read
             keys = plan(snap_digest, recipe)
             report = PrecompileReport(path, snap_digest, keys.avatar)
-        return _build_once(path, copy, recipe, store, keys, report, force, progress)
-
-
-def _build_once(
-    path: Path,
-    copy: Path,
-    recipe: Recipe,
-    store: Store,
-    keys: Plan,
-    report: PrecompileReport,
-    force: bool,
-    progress: Progress,
-) -> PrecompileReport:
-    """_build, retried once when gc removes a fresh stage; a failure leaves no manifest."""
-    for attempt in range(2):
-        try:
-            return _build(path, copy, recipe, store, keys, report, force, progress)
-        except MissingStageError:
-            if attempt:  # gc removed a fresh stage twice in a row: give up loudly
+        for attempt in range(2):
+            try:
+                return _build(path, copy, recipe, store, keys, report, force, progress)
+            except MissingStageError:
+                if attempt:  # gc removed a fresh stage twice in a row: give up loudly
+                    raise
+                report.stages.clear()
+            except BaseException:
+                # a failed precompile leaves no manifest behind (a kill -9 may: each is whole)
+                with contextlib.suppress(StoreFullError):  # on a full disk they stay, whole, for gc
+                    store.discard_stages([s.key for s in report.stages if not s.hit])
                 raise
-            report.stages.clear()
-        except BaseException:
-            # a failed precompile leaves no manifest behind (a kill -9 may: each is whole)
-            with contextlib.suppress(StoreFullError):  # on a full disk they stay, whole, for gc
-                store.discard_stages([s.key for s in report.stages if not s.hit])
-            raise
     raise AssertionError("unreachable")
 
 

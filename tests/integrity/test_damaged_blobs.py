@@ -6,8 +6,6 @@ payload byte flipped, or the blob deleted), then the real CLI renders."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import av
 import pytest
@@ -18,6 +16,7 @@ from cachestore.verify import verify
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
 from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
+from tests.integrity import cli
 
 SIZE = (540, 960)
 
@@ -44,25 +43,11 @@ def world(made, tmp_path):
 
 
 def hotplate(world, *args):
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
-    cmd += ["--cache", str(world / "cache"), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=world)
+    return cli.hotplate(world, world / "cache", *args)
 
 
 def render(world, out, *extra):
-    return hotplate(
-        world,
-        "render",
-        "--persona",
-        "astro",
-        "--attire",
-        "studio",
-        "--audio",
-        str(world / "speech.wav"),
-        "-o",
-        str(out),
-        *extra,
-    )
+    return cli.render(world, world / "cache", "astro", out, *extra)
 
 
 def damage(cache, stage: str, array: str, how: str = "flip") -> str:
@@ -177,18 +162,8 @@ def test_verify_repair_rebuilds_from_the_source_and_names_a_gone_one(made, tmp_p
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert repaired.stdout.startswith("rebuilt\tavatar:") and "stages masks" in repaired.stdout
     assert "0 problems" in repaired.stdout
-    out = hotplate(
-        tmp_path,
-        "render",
-        "--persona",
-        "solo",
-        "--attire",
-        "take",
-        "--audio",
-        str(tmp_path / "speech.wav"),
-        "-o",
-        str(tmp_path / "out.mp4"),
-        "--no-jit",
+    out = cli.render(
+        tmp_path, tmp_path / "cache", "solo", tmp_path / "out.mp4", "--attire", "take", "--no-jit"
     )
     assert out.returncode == 0, out.stderr
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import av
 import pytest
 
 from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
+from tests.integrity import cli
 
 SIZE = (540, 960)
 DISK_MB = 40
@@ -36,26 +36,11 @@ def disk(tmp_path):
 
 
 def hotplate(world, cache, *args):
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
-    cmd += ["--cache", str(cache), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=world)
+    return cli.hotplate(world, cache, *args)
 
 
 def render_old(world, cache, out):
-    return hotplate(
-        world,
-        cache,
-        "render",
-        "--persona",
-        "old",
-        "--attire",
-        "studio",
-        "--audio",
-        str(world / "speech.wav"),
-        "-o",
-        str(out),
-        "--no-jit",
-    )
+    return cli.render(world, cache, "old", out, "--no-jit")
 
 
 def fill(disk, leave: int):
