@@ -147,22 +147,8 @@ def test_damaged_latents_are_rebuilt_alone_and_musetalk_renders(world):
         forget_store(world / "cache")
     damage(world / "cache", "latents", "latents")
 
-    out = cli.hotplate(
-        world,
-        world / "cache",
-        "--models",
-        str(models),
-        "render",
-        "--persona",
-        "astro",
-        "--attire",
-        "studio",
-        "--audio",
-        str(world / "speech.wav"),
-        "-o",
-        str(world / "out.mp4"),
-        "--backend",
-        "musetalk",
+    out = cli.render(
+        world, world / "cache", "astro", world / "out.mp4", "--backend", "musetalk", models=models
     )
     assert out.returncode == 0, out.stderr
     assert "JIT precompile" in out.stdout and frames_of(world / "out.mp4") == 25
