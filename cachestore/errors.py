@@ -21,3 +21,7 @@ class StoreBusyError(StoreError):
 
 class MissingStageError(StoreError):
     """An avatar manifest would name a stage manifest that is not in the store."""
+
+
+class StoreFullError(StoreError):
+    """The disk under the cache directory has no room for a write (ENOSPC)."""

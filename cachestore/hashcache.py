@@ -3,14 +3,22 @@
 A cached digest is trusted only while device, inode, size, mtime_ns and ctime_ns
 all match; anything else is rehashed. A file that changes while it is hashed is not
 cached (FileChangedError propagates) so the caller retries it after it settles.
+
+`snapshot` is the read a precompile decodes from: one private copy of the source,
+hashed as it is copied, so the digest and the decoded frames come from the same bytes
+even when the file is rewritten in place (rsync --inplace, a re-export) meanwhile.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from cachestore.keys import FileStat, hash_file
+from cachestore.keys import FileStat, copy_and_hash, hash_file
+from cachestore.space import raise_if_full
 from cachestore.store import Store
 
 HASH_VERSION = 1
@@ -39,3 +47,46 @@ def remember(store: Store, path: str | os.PathLike, stat: FileStat, digest: str)
         str(Path(path).resolve()),
         {"v": HASH_VERSION, "stat": dict(stat.__dict__), "digest": digest},
     )
+
+
+SNAPSHOTS = "snapshots"  # folder in the store directory holding in-flight copies
+
+
+@contextmanager
+def snapshot(
+    store: Store, path: str | os.PathLike, on_bytes: Callable[[int], None] | None = None
+) -> Iterator[tuple[Path, str]]:
+    """A private copy of the file at path and the digest of exactly its bytes.
+
+    The copy lives in the store directory (same disk as what it becomes) until the
+    block ends; copies left by killed processes are removed by the next snapshot.
+    The stat cache learns the digest, since the file was unchanged during the copy.
+    Raises FileChangedError (the file changed during the copy), StoreFullError
+    (no space for the copy) and OSError.
+    """
+    path = Path(path).resolve()
+    folder = store.path / SNAPSHOTS
+    folder.mkdir(exist_ok=True)
+    _remove_orphans(folder)
+    fd, name = tempfile.mkstemp(dir=folder, prefix=f"{os.getpid()}-", suffix=path.suffix)
+    os.close(fd)
+    copy = Path(name)
+    try:
+        try:
+            digest, stat = copy_and_hash(path, copy, on_bytes)
+        except OSError as exc:
+            raise_if_full(exc, store.path, path.stat().st_size)
+            raise
+        if not store.readonly:
+            remember(store, path, stat, digest)
+        yield copy, digest
+    finally:
+        copy.unlink(missing_ok=True)
+
+
+def _remove_orphans(folder: Path) -> None:
+    """Delete copies whose process is gone (a precompile killed with -9)."""
+    for entry in folder.iterdir():
+        pid = entry.name.split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            entry.unlink(missing_ok=True)

@@ -74,6 +74,33 @@ def hash_file(
     return hasher.hexdigest(), before
 
 
+def copy_and_hash(
+    path: str | os.PathLike, dest: str | os.PathLike, on_bytes: Callable[[int], None] | None = None
+) -> tuple[str, FileStat]:
+    """Copy a file to dest and return the xxh3-128 of the bytes copied, in one read.
+
+    The digest names exactly the bytes now in dest, whatever happens to the original
+    afterwards. Raises FileChangedError when the original's stat differs before and
+    after (dest may then be a mix of two versions), and OSError (ENOSPC included).
+    """
+    hasher = xxhash.xxh3_128()
+    with open(path, "rb", buffering=0) as src, open(dest, "wb", buffering=0) as out:
+        before = FileStat.of(os.fstat(src.fileno()))
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        while n := src.readinto(buf):
+            hasher.update(view[:n])
+            written = 0
+            while written < n:
+                written += out.write(view[written:n])
+            if on_bytes:
+                on_bytes(n)
+        after = FileStat.of(os.stat(path))
+    if after != before:
+        raise FileChangedError(f"{path} changed while it was being read; try again once it settles")
+    return hasher.hexdigest(), before
+
+
 def stage_key(
     name: str, version: int, params: Mapping[str, Any], model: str = "", upstream: str = ""
 ) -> str:

@@ -27,8 +27,14 @@ import msgpack
 import numpy as np
 
 from cachestore import codec
-from cachestore.errors import MissingStageError, StoreDamagedError, StoreNotWritableError
+from cachestore.errors import (
+    MissingStageError,
+    StoreDamagedError,
+    StoreFullError,
+    StoreNotWritableError,
+)
 from cachestore.keys import digest_bytes
+from cachestore.space import free_bytes, full_error, is_full
 
 SCHEMA = 1
 DATABASES = ("blob", "stage", "avatar", "source", "access", "meta", "hashcache", "pin")
@@ -83,6 +89,23 @@ class Reader:
         return StageRecord(
             key, rec["name"], rec["blobs"], rec["meta"], rec["created"], rec["nbytes"]
         )
+
+    def blob_ok(self, digest: str, checksums: bool = True) -> bool:
+        """The blob is present and whole: its header parses, its payload has the size the
+        header gives and (with `checksums`) the xxh3-64 the header records."""
+        value = self.txn.get(digest.encode(), db=self.store.dbs["blob"])
+        if value is None:
+            return False
+        try:
+            codec.decode(value, verify=checksums)
+        except codec.CodecError:
+            return False
+        return True
+
+    def stage_ok(self, key: str, checksums: bool = True) -> bool:
+        """The stage manifest exists and every blob it names is whole (see blob_ok)."""
+        rec = self.get("stage", key)
+        return rec is not None and all(self.blob_ok(d, checksums) for d in rec["blobs"].values())
 
     def array(self, digest: str, verify: bool = True) -> np.ndarray:
         """Zero-copy view of one blob; raises KeyError if absent, CodecError if damaged."""
@@ -215,10 +238,12 @@ class Store:
         finally:
             txn.abort()
 
-    def write(self, fn: Any) -> Any:
+    def write(self, fn: Any, nbytes: int = 0) -> Any:
         """Run fn(txn) in one write transaction; grow the map and retry when it is full.
 
         fn must be repeatable: on MapFullError the transaction is aborted and fn runs again.
+        nbytes: about how much the transaction writes, for the full-disk message.
+        Raises StoreFullError when the disk is full (the transaction commits nothing).
         """
         with self._write_lock:
             while True:
@@ -226,15 +251,27 @@ class Store:
                     with self.env.begin(write=True) as txn:
                         return fn(txn)
                 except lmdb.MapFullError:
-                    self._grow()
+                    self._grow(nbytes)
                 except lmdb.MapResizedError:
                     self.env.set_mapsize(0)
                 except DAMAGE as exc:
                     raise self._damaged(exc) from exc
+                except lmdb.Error as exc:
+                    # LMDB reports a short write (ENOSPC) at commit as EIO: ask the disk
+                    if is_full(exc) or free_bytes(self.path) < max(nbytes, 1 << 20):
+                        raise full_error(self.path, nbytes) from exc
+                    raise
 
-    def _grow(self) -> None:
+    def _grow(self, nbytes: int) -> None:
+        """Double the map, but never past what the disk can hold: the map is a promise
+        LMDB makes to writers, so a map larger than the disk is refused here, in one
+        line naming the space, rather than failing later inside a commit."""
         size = self.env.info()["map_size"]
-        self.env.set_mapsize(size * 2)
+        data = (self.path / "data.mdb").stat().st_size
+        room = data + free_bytes(self.path)
+        if room <= size:
+            raise full_error(self.path, nbytes or size // 8)
+        self.env.set_mapsize(min(size * 2, room))
 
     def read_value(self, db: str, key: str) -> Any:
         with self.read() as r:
@@ -261,11 +298,14 @@ class Store:
         def txn_fn(txn: lmdb.Transaction) -> None:
             blob_db = self.dbs["blob"]
             for n, value in encoded.items():
-                txn.put(blobs[n].encode(), value, db=blob_db, overwrite=False)
+                # a blob already stored under this digest is kept unless it is damaged:
+                # then these (the bytes the digest names) replace it, which is the repair
+                if txn.get(blobs[n].encode(), db=blob_db) != value:
+                    txn.put(blobs[n].encode(), value, db=blob_db)
             txn.put(key.encode(), pack(record), db=self.dbs["stage"])
             self._count(txn, "bytes_written", nbytes)
 
-        self.write(txn_fn)
+        self.write(txn_fn, nbytes)
         return StageRecord(key, name, blobs, dict(meta), created, nbytes)
 
     def get_stage(self, key: str) -> StageRecord | None:
@@ -275,15 +315,15 @@ class Store:
     def stage_ok(self, key: str) -> bool:
         """True when the stage manifest exists and every blob it names passes its checksum."""
         with self.read() as r:
-            rec = r.stage(key)
-            if rec is None:
-                return False
-            try:
-                for digest in rec.blobs.values():
-                    r.array(digest, verify=True)
-            except (KeyError, codec.CodecError):
-                return False
-            return True
+            return r.stage_ok(key)
+
+    def damaged_stages(self, stages: Mapping[str, str], checksums: bool = True) -> list[str]:
+        """The names (of `stages`, name -> stage key) whose manifest is missing or that
+        name a missing or damaged blob, in one read snapshot. This is the hit path's
+        integrity check: with `checksums` every blob's payload is hashed, without it
+        only headers and sizes are read."""
+        with self.read() as r:
+            return [n for n, k in stages.items() if not r.stage_ok(k, checksums)]
 
     def load_arrays(self, key: str, names: list[str] | None = None) -> dict[str, np.ndarray] | None:
         """Copies of a stage's arrays, checksums verified; None when missing or damaged."""
@@ -341,8 +381,13 @@ class Store:
             return rec
 
     def touch(self, key: str) -> None:
-        """Record a use of an avatar (for LRU eviction and the gc grace period)."""
-        self.write(lambda txn: txn.put(key.encode(), pack(time.time()), db=self.dbs["access"]))
+        """Record a use of an avatar (for LRU eviction and the gc grace period).
+
+        A hint, not data: on a full disk it is skipped, so hot renders go on."""
+        try:
+            self.write(lambda txn: txn.put(key.encode(), pack(time.time()), db=self.dbs["access"]))
+        except StoreFullError:
+            pass
 
     # -- small records -----------------------------------------------------------
 
@@ -357,8 +402,11 @@ class Store:
             return list(r.items(db))
 
     def count(self, name: str, n: int = 1) -> None:
-        """Add n to a counter in `meta` (hits, misses, ...)."""
-        self.write(lambda txn: self._count(txn, name, n))
+        """Add n to a counter in `meta` (hits, misses, ...); skipped on a full disk."""
+        try:
+            self.write(lambda txn: self._count(txn, name, n))
+        except StoreFullError:
+            pass
 
     def _count(self, txn: lmdb.Transaction, name: str, n: int) -> None:
         key = f"count:{name}".encode()

@@ -192,6 +192,8 @@ def summary_table(report) -> None:
         f"frames {c.get('frames', '?')}, keyframes detected {c.get('keyframes', '?')}, refined {c.get('refined', '?')}, "
         f"healed {c.get('healed', '?')}, detector runs {c.get('detections', '?')}"
     )
+    if report.damaged:
+        click.echo(f"rebuilt damaged {', '.join(report.damaged)} (checksum or blob missing)")
     click.echo(f"avatar {report.avatar}  ({'hot already' if report.hit else 'now hot'})")
 
 

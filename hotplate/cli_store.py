@@ -286,12 +286,30 @@ def parse_size(text: str | None) -> int | None:
 
 @click.command()
 @json_option
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Rebuild damaged avatars from their sources (the paths their manifests record) "
+    "and say which could not be (source gone or changed).",
+)
 @click.pass_context
-def verify(ctx: click.Context, as_json: bool) -> None:
+def verify(ctx: click.Context, as_json: bool, repair: bool) -> None:
     """Check every manifest's blobs exist and match their checksums; exit 1 on damage."""
     from cachestore.verify import verify as verify_store
 
-    store = open_cache(settings_of(ctx), readonly=True)
+    settings = settings_of(ctx)
+    store = open_cache(settings, readonly=not repair)
+    if repair:
+        from pipeline.repair import REBUILT
+        from pipeline.repair import repair as repair_store
+
+        for result in repair_store(store, settings.models):
+            if not as_json:
+                click.echo(str(result))
+            if result.outcome != REBUILT:
+                click.echo(
+                    f"could not repair avatar {result.avatar[:12]}: {result.detail}", err=True
+                )
     checked, problems = verify_store(store)
     if as_json:
         echo_json(

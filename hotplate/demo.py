@@ -15,6 +15,8 @@ from pathlib import Path
 
 import click
 
+from cachestore.atomic import temp_beside
+
 DEMO = Path("demo")
 SENTENCE = "Hello, I am your presenter. This video was rendered entirely offline by hotplate."
 
@@ -26,8 +28,9 @@ def make_persona(root: Path, frames: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "studio.mp4").exists():
         click.echo(f"making {folder / 'studio.mp4'} ({frames} frames, 1080x1920)")
-        write_loop_video(folder / ".studio.mp4.part", n_frames=frames, motion="gentle")
-        (folder / ".studio.mp4.part").rename(folder / "studio.mp4")
+        part = temp_beside(folder / "studio.mp4", suffix=".mp4")
+        write_loop_video(part, n_frames=frames, motion="gentle")
+        part.rename(folder / "studio.mp4")
     if not (folder / "portrait.png").exists():
         write_still(folder / "portrait.png")
 

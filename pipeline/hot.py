@@ -34,6 +34,20 @@ def lease_avatar(store: Store, avatar_key: str) -> Iterator[Lease | None]:
         yield lease
 
 
+def why_not_hot(store: Store, avatar_key: str) -> str | None:
+    """None when the avatar is hot and whole, else why not, as a phrase.
+
+    Checks every blob below the avatar against its checksum (the hit path's
+    integrity check), so a damaged avatar reads as cold and is rebuilt."""
+    manifest = store.read_value("avatar", avatar_key)
+    if manifest is None:
+        return "is cold under this recipe"
+    damaged = store.damaged_stages(manifest["stages"])
+    if damaged:
+        return f"is damaged in the store (stages {', '.join(damaged)})"
+    return None
+
+
 def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
     """Every array a renderer needs; frames decode lazily from the store.
 

@@ -585,7 +585,11 @@ class Daemon:
     def _on_outcome(self, o: Outcome) -> None:
         job, now = o.job, time.monotonic()
         if o.status == "ok" and o.detail.get("digest", job.digest) != job.digest:
-            o = Outcome(job, "changed", f"{job.path} has other bytes than were queued")
+            # precompile read a snapshot of the new bytes and filed them under their own
+            # digest (never the queued one); the file is hashed again once it is still
+            # and its current content becomes a job of its own (or a hit)
+            made = str(o.detail.get("digest"))[:12]
+            o = Outcome(job, "changed", f"{job.path} changed; content {made} was made hot")
         if o.status == "ok":
             self.jobs.finish(job)
             self.summary.done += 1
@@ -605,7 +609,12 @@ class Daemon:
             self.jobs.finish(job)
             for rel in job.paths:
                 self.settler.note(rel, closed=rel != job.path, quiet_since=None)
-            self.log("settle", job.path, f"job {job.id} stopped: {o.detail}; waiting again")
+            self.log(
+                "settle",
+                job.path,
+                f"job {job.id} stopped: {o.detail}; its new content is queued as a new job "
+                f"once the file is still",
+            )
         else:
             job.attempts += 1
             error = str(o.detail)

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cachestore.atomic import atomic_write_text
+
 LOCK_FILE = "watcher.lock"
 HEARTBEAT_FILE = "daemon.json"
 SYNC_FILE = "sync.json"
@@ -100,9 +102,7 @@ def lock_held(cache: Path) -> bool:
 
 def write_json(path: Path, record: dict[str, Any]) -> None:
     """Replace path atomically (a reader sees the old record or the new, never half)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, default=str))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(record, default=str))
 
 
 def read_json(path: Path) -> dict[str, Any] | None:

@@ -57,6 +57,11 @@ class Recipe:
         if not 32 <= self.proxy <= 4096:
             raise ValueError(f"proxy={self.proxy} must be between 32 and 4096 px")
 
+    def fields(self) -> dict[str, object]:
+        """The fields that decide the output, as plain data (models_dir is where weights
+        are found, not what they are: backend identities carry that)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.compare}
+
     def replace(self, **changes: object) -> Recipe:
         return dataclasses.replace(self, **changes)
 

@@ -9,6 +9,7 @@ missing data.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -18,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from cachestore.errors import MissingStageError, StoreNotWritableError
+from cachestore.errors import MissingStageError, StoreFullError, StoreNotWritableError
 from cachestore.flight import DEFAULT_WAIT, Holder, single_flight
-from cachestore.hashcache import file_digest
+from cachestore.hashcache import file_digest, snapshot
 from cachestore.store import Store
 from pipeline.frames import FrameSource, frame_name
 from pipeline.nets.modelcache import kept
@@ -52,6 +53,7 @@ class PrecompileReport:
     counts: dict[str, int] = field(
         default_factory=dict
     )  # frames, keyframes, refined, healed, detections
+    damaged: list[str] = field(default_factory=list)  # stages found damaged and rebuilt
 
     @property
     def hit(self) -> bool:
@@ -106,18 +108,44 @@ def precompile(
         if waited and not force and _hit(store, keys, report):  # the holder just made it
             return report
         store.count("misses")
+        return _build_from_snapshot(path, recipe, store, keys, report, force, progress)
+
+
+def _build_from_snapshot(
+    path: Path,
+    recipe: Recipe,
+    store: Store,
+    keys: Plan,
+    report: PrecompileReport,
+    force: bool,
+    progress: Progress,
+) -> PrecompileReport:
+    # decode reads a private snapshot, hashed as it was copied: a file rewritten in place
+    # from here on cannot put its new frames under the digest of its old bytes
+    size, copied = path.stat().st_size, 0
+
+    def on_bytes(n: int) -> None:
+        nonlocal copied
+        copied += n
+        progress("snapshot", copied, size)
+
+    with snapshot(store, path, on_bytes) as (copy, snap_digest):
+        if snap_digest != keys.source_digest:  # changed since it was hashed: plan what was read
+            keys = plan(snap_digest, recipe)
+            report = PrecompileReport(path, snap_digest, keys.avatar)
         for attempt in range(2):
             try:
-                return _build(path, recipe, store, keys, report, force, progress)
+                return _build(path, copy, recipe, store, keys, report, force, progress)
             except MissingStageError:
                 if attempt:  # gc removed a fresh stage twice in a row: give up loudly
                     raise
                 report.stages.clear()
             except BaseException:
                 # a failed precompile leaves no manifest behind (a kill -9 may: each is whole)
-                store.discard_stages([s.key for s in report.stages if not s.hit])
+                with contextlib.suppress(StoreFullError):  # on a full disk they stay, whole, for gc
+                    store.discard_stages([s.key for s in report.stages if not s.hit])
                 raise
-        raise AssertionError("unreachable")
+    raise AssertionError("unreachable")
 
 
 def _waiting_line(holder: Holder | None, path: Path) -> str:
@@ -125,8 +153,12 @@ def _waiting_line(holder: Holder | None, path: Path) -> str:
 
 
 def _hit(store: Store, keys: Plan, report: PrecompileReport) -> bool:
-    avatar = store.get_avatar(keys.avatar)
-    if avatar is None:
+    """True when the avatar is in the store and whole. The hit path's integrity check reads
+    every blob the avatar names, checksums included (bench/bench_integrity.py: ~1% of a
+    render's reads); a damaged stage is named in report.damaged and rebuilt by the caller."""
+    avatar = store.read_value("avatar", keys.avatar)
+    report.damaged = store.damaged_stages(keys.stages) if avatar is not None else []
+    if avatar is None or report.damaged:
         return False
     records = {n: store.get_stage(k) for n, k in keys.stages.items()}
     report.stages = [
@@ -142,6 +174,7 @@ def _hit(store: Store, keys: Plan, report: PrecompileReport) -> bool:
 
 def _build(
     path: Path,
+    copy: Path,
     recipe: Recipe,
     store: Store,
     keys: Plan,
@@ -151,7 +184,7 @@ def _build(
 ) -> PrecompileReport:
     run = StageRunner(store, keys, report, force)
     # 2. decode: every frame, encoded with the frame codec, so renders never open the source
-    decode = run.stage("decode", lambda: decode_stage(path, recipe, progress))
+    decode = run.stage("decode", lambda: decode_snapshot(copy, path, recipe, progress))
     n = int(decode.meta["frames"])
     frames = FrameSource(
         store, decode.blobs, max(int(decode.meta["width"]), int(decode.meta["height"]))
@@ -190,6 +223,7 @@ def _build(
             "width": decode.meta["width"],
             "height": decode.meta["height"],
             "counts": report.counts,
+            "recipe": recipe.fields(),  # what `hotplate verify --repair` rebuilds it with
         },
     )
     return report
@@ -216,6 +250,16 @@ class StageRunner:
             StageResult(name, key, False, time.perf_counter() - start, record.nbytes)
         )
         return record
+
+
+def decode_snapshot(copy: Path, path: Path, recipe: Recipe, progress: Progress):
+    """decode_stage on the snapshot; its errors name the user's file, not the copy."""
+    from pipeline.media import MediaError
+
+    try:
+        return decode_stage(copy, recipe, progress)
+    except MediaError as exc:
+        raise MediaError(str(exc).replace(str(copy), str(path))) from None
 
 
 def decode_stage(path: Path, recipe: Recipe, progress: Progress):

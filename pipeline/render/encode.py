@@ -10,12 +10,13 @@ and whatever was at the final path is left untouched.
 from __future__ import annotations
 
 import os
-import tempfile
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
 
 import numpy as np
+
+from cachestore.atomic import temp_beside
 
 AUDIO_CHUNK = 4096  # input samples per resampler call when flushing the tail
 # x264 speed preset. On 2 cores at 1080x1920, veryfast costs ~41 ms of CPU per frame
@@ -99,9 +100,7 @@ class Mp4Writer:
         parent = self.path.parent
         if not parent.is_dir():
             raise ValueError(f"output directory {parent} does not exist; create it first")
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{self.path.name}.tmp-", suffix=".mp4")
-        os.close(fd)
-        self._tmp = Path(tmp)
+        self._tmp = temp_beside(self.path, suffix=".mp4")
         try:
             self._container = av.open(
                 str(self._tmp), "w", format="mp4", options={"movflags": "+faststart"}

@@ -74,7 +74,7 @@ def lip_sync(
     in a read-only store) and whatever precompile and render raise.
     """
     from pipeline.catalog import plan_for
-    from pipeline.hot import lease_avatar, load_assets
+    from pipeline.hot import lease_avatar, load_assets, why_not_hot
     from pipeline.personas import resolve as resolve_source
     from pipeline.precompile.run import precompile
     from pipeline.render.video import check_output, render_video
@@ -97,12 +97,12 @@ def lip_sync(
     planned = plan_for(store, found.path, recipe)
     with lease_avatar(store, planned.avatar):
         avatar, jit, jit_seconds = planned.avatar, False, 0.0
-        if store.get_avatar(planned.avatar) is None:
+        if (why := why_not_hot(store, planned.avatar)) is not None:
             if request.no_jit or store.readonly:
-                why = "the store is read-only here" if store.readonly else "--no-jit"
+                fix = "the store is read-only here" if store.readonly else "--no-jit was given"
                 raise LookupError(
-                    f"{found.path.name} is cold under this recipe and {why}; make it hot with "
-                    f"`hotplate precompile {found.path}`"
+                    f"avatar {planned.avatar[:12]} of {found.path.name} {why} and {fix}; "
+                    f"make it hot with `hotplate precompile {found.path}`"
                     + ("" if store.readonly else " (or drop --no-jit)")
                 )
             jit_start = time.perf_counter()

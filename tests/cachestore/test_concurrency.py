@@ -21,7 +21,7 @@ from cachestore.store import Store, forget_store, open_store
 
 STAGES = ("track", "crops", "masks")
 SLOTS = 8  # avatar keys the writer keeps overwriting
-WRITE_SECONDS = 4.0
+WRITES = 60  # avatars the writer writes while four readers read
 TINY = 64 << 10
 
 
@@ -63,7 +63,8 @@ def check_avatar(r, key: str, rec: dict) -> str | None:
     return None
 
 
-def reader(path: str, ready, stop, results) -> None:
+def reader(path: str, ready, stop, count, results) -> None:
+    """Reads until stopped, adding one to `count` after each read transaction."""
     reads = avatars = 0
     violations: list[str] = []
     try:
@@ -80,25 +81,34 @@ def reader(path: str, ready, stop, results) -> None:
             if rec is not None and set(rec["stages"]) != set(STAGES):
                 violations.append(f"get_avatar returned a partial manifest {rec}")
             reads += 1
+            count.value += 1
     except Exception:
         violations.append(traceback.format_exc())
     results.put((reads, avatars, violations[:5], len(violations)))
 
 
-def writer(path: str, seconds: float, results) -> None:
+def wait_for_reads(counts, timeout: float = 60) -> None:
+    """Block until every reader has finished a read that began after this call."""
+    start = [c.value for c in counts]
+    deadline = time.monotonic() + timeout
+    while any(c.value < s + 2 for c, s in zip(counts, start, strict=True)):
+        if time.monotonic() > deadline:
+            raise AssertionError("a reader stopped reading")
+        time.sleep(0.001)
+
+
+def writer(path: str, count: int, reads, results) -> None:
+    """`count` overwrites, creations and gcs; every reader reads between each ten."""
     store = open_store(path)
-    seq = 0
-    end, deadline = time.monotonic() + seconds, time.monotonic() + 10 * seconds
-    # at least `seconds`, and at least 20 avatars unless the machine is very slow
-    while time.monotonic() < end or (seq < 20 and time.monotonic() < deadline):
-        seq += 1
+    for seq in range(1, count + 1):
         write_avatar(store, seq, f"av-{seq % SLOTS}")  # overwrite
         if seq % 5 == 0:
             write_avatar(store, seq * 1000, f"av-new-{seq}")  # create
         if seq % 10 == 0:  # drop overwritten stages and all but the newest created avatars
             roots = {f"av-{i}" for i in range(SLOTS)} | {f"av-new-{seq - 5}", f"av-new-{seq}"}
             collect(store, roots, grace=0)
-    results.put(("writer", seq))
+            wait_for_reads(reads)
+    results.put(("writer", count))
 
 
 @pytest.mark.slow
@@ -107,14 +117,15 @@ def test_four_readers_one_writer(tmp_path):
     forget_store(open_store(path).path)  # created before anyone reads
     ctx = mp.get_context("spawn")
     ready, stop, results = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    readers = [ctx.Process(target=reader, args=(path, ready, stop, results)) for _ in range(4)]
+    counts = [ctx.RawValue("q", 0) for _ in range(4)]
+    readers = [ctx.Process(target=reader, args=(path, ready, stop, c, results)) for c in counts]
     for p in readers:
         p.start()
     for _ in readers:
         assert ready.acquire(timeout=60), "a reader never opened the store"
-    w = ctx.Process(target=writer, args=(path, WRITE_SECONDS, results))
+    w = ctx.Process(target=writer, args=(path, WRITES, counts, results))
     w.start()
-    w.join(timeout=60)
+    w.join(timeout=120)
     stop.set()
     got = [results.get(timeout=60) for _ in range(5)]
     for p in readers:
@@ -122,10 +133,11 @@ def test_four_readers_one_writer(tmp_path):
     assert w.exitcode == 0 and all(p.exitcode == 0 for p in readers)
 
     written = [seq for tag, seq in (g for g in got if g[0] == "writer")]
-    assert written and written[0] >= 10, f"writer only wrote {written}"
+    assert written == [WRITES], f"writer only wrote {written}"
     for reads, avatars, sample, n_violations in (g for g in got if g[0] != "writer"):
         assert n_violations == 0, sample
-        assert reads >= 20 and avatars >= 100, f"a reader only did {reads} reads"
+        # two whole reads between each ten writes, by construction (wait_for_reads)
+        assert reads >= 2 * WRITES // 10 and avatars > 0, f"a reader only did {reads} reads"
 
     store = open_store(path)
     try:
@@ -135,7 +147,7 @@ def test_four_readers_one_writer(tmp_path):
         forget_store(path)
 
 
-def growing_reader(path: str, ready, done, final, results) -> None:
+def growing_reader(path: str, ready, done, final, count, results) -> None:
     """Opens while the map is 64 KiB and keeps reading while another process grows it."""
     try:
         store = open_store(path, map_size=TINY)
@@ -151,6 +163,7 @@ def growing_reader(path: str, ready, done, final, results) -> None:
                         raise AssertionError(problem)
                     seen = max(seen, rec["seq"])
             reads += 1
+            count.value += 1
             if finished:
                 break
         results.put((reads, seen, final.value, first_map, store.env.info()["map_size"], None))
@@ -158,7 +171,7 @@ def growing_reader(path: str, ready, done, final, results) -> None:
         results.put((0, -1, -1, 0, 0, traceback.format_exc()))
 
 
-def growing_writer(path: str, ready, done, final) -> None:
+def growing_writer(path: str, ready, done, final, reads) -> None:
     assert ready.acquire(timeout=60)
     store = open_store(path, map_size=TINY)
     for seq in range(1, 41):  # about 40 x 3 x 60 KiB: the map doubles several times
@@ -168,7 +181,7 @@ def growing_writer(path: str, ready, done, final) -> None:
             store.put_stage(f"st-{seq}-{name}", name, arrays, {"seq": seq})
             stages[name] = f"st-{seq}-{name}"
         store.put_avatar("av", {"stages": stages, "seq": seq})
-        time.sleep(0.005)  # give the reader time to read between growths
+        wait_for_reads([reads])  # the reader reads between growths (an event, not a sleep)
     final.value = seq
     done.set()
 
@@ -179,8 +192,9 @@ def test_map_growth_in_writer_is_transparent_to_reader(tmp_path):
     created.close()
     ctx = mp.get_context("spawn")
     ready, done, final, results = ctx.Semaphore(0), ctx.Event(), ctx.RawValue("i", 0), ctx.Queue()
-    r = ctx.Process(target=growing_reader, args=(path, ready, done, final, results))
-    w = ctx.Process(target=growing_writer, args=(path, ready, done, final))
+    count = ctx.RawValue("q", 0)
+    r = ctx.Process(target=growing_reader, args=(path, ready, done, final, count, results))
+    w = ctx.Process(target=growing_writer, args=(path, ready, done, final, count))
     r.start()
     w.start()
     reads, seen, last, first_map, end_map, error = results.get(timeout=120)
@@ -191,4 +205,4 @@ def test_map_growth_in_writer_is_transparent_to_reader(tmp_path):
     assert first_map == TINY
     assert end_map > TINY, "the reader never needed the grown map"
     assert seen == last == 40
-    assert reads >= 10
+    assert reads >= 40  # at least one between each of the 40 writes, by construction

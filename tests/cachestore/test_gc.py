@@ -239,37 +239,43 @@ def test_compact_refuses_while_another_process_holds_the_store(tmp_path, readonl
 ROOTED = frozenset(f"av-{i}" for i in range(0, 20_000, 2))  # even avatars are rooted
 
 
-def gc_loop(path: str, ready, stop, results) -> None:
+def gc_loop(path: str, ready, stop, asked, answered, results) -> None:
+    """gc back to back; after a pass that began once `asked` was set, release `answered`."""
     try:
         store = open_store(path)
         ready.release()
         runs = deleted = 0
         rng = np.random.default_rng(os.getpid())
         while not stop.is_set():
+            ask = asked.is_set()
             deleted += collect(store, ROOTED, grace=0).deleted
             runs += 1
+            if ask:
+                asked.clear()
+                answered.release()
             # grace=0 back to back would starve the writer; real gc runs are spaced out
-            time.sleep(rng.uniform(0, 0.01))
+            stop.wait(rng.uniform(0, 0.01))
         results.put(("gc", runs, deleted, None))
     except Exception:
         results.put(("gc", 0, 0, traceback.format_exc()))
 
 
-def stage_then_avatar_writer(path: str, seconds: float, results) -> None:
+def stage_then_avatar_writer(path: str, count: int, asked, answered, results) -> None:
+    """`count` avatars, each after its stages; for every third one a whole gc pass is made
+    to land between the stage writes and the avatar write (an event, not a 2 ms window)."""
     try:
         store = open_store(path)
         rng = np.random.default_rng(os.getpid())
         written, refused = [], 0
-        end, deadline = time.monotonic() + seconds, time.monotonic() + 10 * seconds
-        seq = 0
-        # at least `seconds`, and at least 20 avatars unless the machine is very slow
-        while time.monotonic() < end or (len(written) < 20 and time.monotonic() < deadline):
+        for seq in range(count):
             stages = {"track": f"st-{seq}-track", "masks": f"st-{seq}-masks"}
-            for _ in range(100):
+            for attempt in range(100):
                 for name, key in stages.items():
                     data = {"a": rng.integers(0, 256, 4096, dtype=np.uint8), "seq": np.int64(seq)}
                     store.put_stage(key, name, data, {"seq": seq})
-                time.sleep(0.002)  # the window a concurrent gc can fall into
+                if seq % 3 == 0 and attempt == 0:
+                    asked.set()
+                    assert answered.acquire(timeout=60), "gc never answered"
                 try:
                     store.put_avatar(f"av-{seq}", {"stages": stages, "seq": seq})
                     break
@@ -278,7 +284,6 @@ def stage_then_avatar_writer(path: str, seconds: float, results) -> None:
             else:
                 raise AssertionError(f"avatar {seq} refused 100 times")
             written.append(seq)
-            seq += 1
         results.put(("writer", written, refused, None))
     except Exception:
         results.put(("writer", [], 0, traceback.format_exc()))
@@ -290,12 +295,13 @@ def test_gc_beside_a_concurrent_writer_never_leaves_dangling_manifests(tmp_path)
     forget_store(open_store(path).path)
     ctx = mp.get_context("spawn")
     ready, stop, results = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    gc_proc = ctx.Process(target=gc_loop, args=(path, ready, stop, results))
+    asked, answered = ctx.Event(), ctx.Semaphore(0)
+    gc_proc = ctx.Process(target=gc_loop, args=(path, ready, stop, asked, answered, results))
     gc_proc.start()
     assert ready.acquire(timeout=60)
-    writer = ctx.Process(target=stage_then_avatar_writer, args=(path, 3.0, results))
+    writer = ctx.Process(target=stage_then_avatar_writer, args=(path, 30, asked, answered, results))
     writer.start()
-    writer.join(timeout=60)
+    writer.join(timeout=120)
     stop.set()
     got = {tag: rest for tag, *rest in (results.get(timeout=60) for _ in range(2))}
     gc_proc.join(timeout=30)
@@ -303,8 +309,9 @@ def test_gc_beside_a_concurrent_writer_never_leaves_dangling_manifests(tmp_path)
     assert got["gc"][2] is None, got["gc"][2]
     written, refused = got["writer"][0], got["writer"][1]
     runs, deleted = got["gc"][0], got["gc"][1]
-    assert len(written) >= 10 and runs >= 10 and deleted > 0
-    assert refused >= 1, "gc never fell between a stage write and its avatar write"
+    assert written == list(range(30)) and runs >= 10 and deleted > 0
+    # each forced pass removed the fresh stages, so their avatar write was refused once
+    assert refused >= 10, "an avatar was written over stages gc had removed"
 
     store = open_store(path)
     try:

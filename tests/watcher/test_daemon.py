@@ -196,7 +196,8 @@ def test_failures_are_retried_then_reported_and_the_daemon_stays_up(personas, ca
     write_bytes(personas / "ann" / "die.png", blob(2))
     write_bytes(personas / "ann" / "abort.png", blob(3))
     write_bytes(personas / "ann" / "fine.png", blob(4))
-    with daemon(personas, cache, retries=2, backoff=0.1, workers=2) as d:
+    # rescans every 0.3 s: "not retried" is then checked after a rescan, not after a sleep
+    with daemon(personas, cache, retries=2, backoff=0.1, workers=2, rescan=0.005) as d:
         d.wait_idle(quiet=0.5)
         write_bytes(personas / "bob" / "later.png", blob(5))  # still served after the crashes
         d.wait_idle(quiet=0.5)
@@ -213,8 +214,10 @@ def test_failures_are_retried_then_reported_and_the_daemon_stays_up(personas, ca
             assert row["state"] == FAILED and row["attempts"] == 2 and text in row["error"]
             assert f"ann/{name}.png" in status and "gave up" in status
         assert "failed 3" in status
-        starts = len(d.events("job-start"))
-        time.sleep(1.0)  # failed files are not retried for ever ...
+        starts, scans = len(d.events("job-start")), len(d.events("reconcile"))
+        # failed files are not retried for ever: two rescans later, still no new attempt ...
+        wait_for(lambda: len(d.events("reconcile")) >= scans + 2, 30, "two rescans")
+        d.wait_idle(quiet=0.5)
         assert len(d.events("job-start")) == starts
         with open(personas / "ann" / "boom.png", "ab") as f:  # ... only when they change
             f.write(b"changed")
@@ -257,6 +260,7 @@ def test_a_file_that_changes_during_its_job_is_settled_again(personas, cache, jo
         d.wait_idle()
         assert len(d.events("job-start")) == 2 and len(d.events("job-done")) == 1
         assert not d.events("job-retry") and not d.events("job-failed")
+        assert any("queued as a new job" in r["msg"] for r in d.events("settle"))
     first, done = done_jobs(joblog)  # the first one's work was thrown away
     assert done["digest"] == xxhash.xxh3_128_hexdigest(target.read_bytes()) != first["digest"]
     assert source_table(cache, personas)["ann/grow.png"]["digest"] == done["digest"]

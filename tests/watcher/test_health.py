@@ -142,3 +142,29 @@ def test_describe_last_sync(cache):
     lines = describe(cache)
     assert "3 became hot, 1 failed, 7 already hot" in lines[1]
     assert lines[2].strip() == "failed ruby/x.png: ValueError: bad"
+
+
+def test_threads_writing_the_heartbeat_at_once_never_collide(cache):
+    """Every writer takes its own temp name: with one name per pid, two threads of one
+    process renamed each other's temp away (FileNotFoundError in os.replace)."""
+    import threading
+
+    cache.mkdir()
+    start, errors = threading.Barrier(8), []
+
+    def write(n: int) -> None:
+        start.wait()
+        try:
+            for i in range(200):
+                health.write_json(cache / "daemon.json", {"writer": n, "i": i})
+        except OSError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert health.read_json(cache / "daemon.json")["i"] == 199
+    assert [p.name for p in cache.iterdir() if ".tmp" in p.name] == []

@@ -162,7 +162,8 @@ def test_stop_abandons_a_running_job(tmp_path, cache, joblog, monkeypatch):
         time.sleep(0.05)
     start = time.monotonic()
     assert pool.stop(grace=0.5) == []
-    assert time.monotonic() - start < 5
+    # abandoned, not waited for: the job would take 60 s
+    assert time.monotonic() - start < 30
     assert pool.workers == []
 
 

@@ -1,0 +1,36 @@
+"""Running the real `hotplate` CLI in a child process, for the integrity tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+
+def hotplate(root: Path, cache: Path, *args: str) -> subprocess.CompletedProcess:
+    """`hotplate --personas root/personas --cache cache ARGS`, output captured."""
+    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(root / "personas")]
+    cmd += ["--cache", str(cache), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=root)
+
+
+def render(
+    root: Path, cache: Path, persona: str, out: Path, *extra: str, models: Path | None = None
+):
+    """Render persona/studio (or the attire in extra) with root/speech.wav to out."""
+    attire = [] if "--attire" in extra else ["--attire", "studio"]
+    speech = ["--audio", str(root / "speech.wav")]
+    first = ["--models", str(models)] if models else []
+    return hotplate(
+        root,
+        cache,
+        *first,
+        "render",
+        "--persona",
+        persona,
+        *attire,
+        *speech,
+        "-o",
+        str(out),
+        *extra,
+    )
