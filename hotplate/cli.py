@@ -11,6 +11,7 @@ import click
 
 from hotplate.output import human_bytes, table
 from hotplate.settings import Settings, SettingsError, load_settings
+from pipeline.precompile.recipe import CROP_RULES, DETECTORS, LANDMARKERS, MASKERS, PARSING_MODES
 
 # Exceptions whose message is already one line for the user: no traceback for these.
 USER_ERRORS: tuple[type[BaseException], ...] = (
@@ -138,21 +139,34 @@ def source_options(fn):
 
 @cli.command()
 @source_options
+@click.option(
+    "--backend",
+    type=click.Choice(["warp", "musetalk"]),
+    help="Renderer whose recipe to resolve (musetalk implies upstream's) [default: settings'].",
+)
 @click.pass_context
 def resolve(
-    ctx: click.Context, persona: str, attire: str, motion: str | None, video: Path | None
+    ctx: click.Context,
+    persona: str,
+    attire: str,
+    motion: str | None,
+    video: Path | None,
+    backend: str | None,
 ) -> None:
-    """Print the source file, its digest, the avatar key and whether it is hot."""
+    """Print the source file, its digest, the recipe, the avatar key and whether it is hot."""
     from pipeline.catalog import plan_for
     from pipeline.personas import resolve as resolve_source
+    from pipeline.precompile.recipe import describe, for_backend
 
     settings = settings_of(ctx)
     found = resolve_source(settings.personas, persona, attire, motion, video)
     present = (settings.cache / "data.mdb").exists() or settings.cache.is_file()
     store = open_cache(settings) if present else None
-    p = plan_for(store, found.path, settings.recipe.for_persona(found.options))
+    recipe = for_backend(settings.recipe, backend or settings.renderer).for_persona(found.options)
+    p = plan_for(store, found.path, recipe)
     hot = store is not None and store.get_avatar(p.avatar) is not None
     click.echo(f"source   {found.path}  ({found.rule})")
+    click.echo(f"recipe   {describe(recipe)}")
     click.echo(f"digest   {p.source_digest}")
     click.echo(f"avatar   {p.avatar}")
     click.echo(f"state    {'hot' if hot else 'cold'}")
@@ -188,15 +202,30 @@ def recipe_flags(fn):
             help="Move the half-face crop's top edge down by N px [default 0].",
         ),
         click.option(
-            "--detector", type=click.Choice(["dlib", "s3fd"]), help="Face detector [default dlib]."
+            "--detector",
+            type=click.Choice(DETECTORS),
+            help="Face detector [default dlib; s3fd with --backend musetalk].",
         ),
         click.option(
-            "--landmarks", type=click.Choice(["dlib", "fan"]), help="Landmark model [default dlib]."
+            "--landmarks",
+            type=click.Choice(LANDMARKERS),
+            help="Landmark model [default dlib; dwpose with --backend musetalk].",
         ),
         click.option(
             "--mask",
-            type=click.Choice(["landmarks", "bisenet"]),
-            help="Blend mask source [default landmarks].",
+            type=click.Choice(MASKERS),
+            help="Blend mask source [default landmarks; bisenet with --backend musetalk].",
+        ),
+        click.option(
+            "--parsing-mode",
+            type=click.Choice(PARSING_MODES),
+            help="BiSeNet mask mode, as upstream MuseTalk [default jaw; raw for MuseTalk v1.0].",
+        ),
+        click.option(
+            "--crop-rules",
+            type=click.Choice(CROP_RULES),
+            help="Half-face box rules: hotplate's, or MuseTalk v1.5 / v1.0's "
+            "[default hotplate; the UNet's version with --backend musetalk].",
         ),
         click.option(
             "--vae",
@@ -317,6 +346,14 @@ def precompile(
 @click.option(
     "--no-jit", is_flag=True, help="Fail on a cold avatar instead of precompiling it now."
 )
+@click.option(
+    "--device", help="Where musetalk runs: cpu, cuda, cuda:1 [default: cuda when present]."
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    help="Frames per UNet call for musetalk [default 20, upstream's].",
+)
 @recipe_flags
 @click.pass_context
 def render(
@@ -331,6 +368,8 @@ def render(
     loop: str | None,
     fps: float | None,
     no_jit: bool,
+    device: str | None,
+    batch_size: int | None,
     **recipe_options: object,
 ) -> None:
     """Render a lip-synced MP4 from hot assets; a cold avatar is precompiled first."""
@@ -339,8 +378,6 @@ def render(
 
     settings = settings_of(ctx)
     backend = backend or settings.renderer
-    if backend == "musetalk" and not (recipe_options.get("vae") or settings.recipe.vae):
-        recipe_options["vae"] = "sd-vae-ft-mse"  # musetalk renders from VAE latents
     recipe = recipe_from(settings, **recipe_options)
     request = LipSyncRequest(
         persona=persona,
@@ -354,6 +391,9 @@ def render(
         fps=fps,
         no_jit=no_jit,
         keep_bbox_shift=recipe_options.get("bbox_shift") is not None,
+        device=device,
+        batch_size=batch_size,
+        explicit=frozenset(k for k, v in recipe_options.items() if v is not None),
     )
     bars = StageBars()
     try:

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import xxhash
 
-from pipeline.nets.models import file_identity, find_weights, vae_files
+from pipeline.nets.models import (
+    UNET_LAYOUTS,
+    VAE_DIRS,
+    WHISPER_DIRS,
+    file_identity,
+    find_weights,
+    vae_files,
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,13 @@ BACKENDS: tuple[Backend, ...] = (
         note="face_alignment's 2D FAN",
     ),
     Backend(
+        "landmarks",
+        "dwpose",
+        ("torch",),
+        (("dwpose/dw-ll_ucoco_384.pth", "dw-ll_ucoco_384.pth"),),
+        note="DWPose RTMPose-l whole body, face points 23-90 (MuseTalk's)",
+    ),
+    Backend(
         "mask",
         "landmarks",
         ("cv2",),
@@ -90,11 +104,11 @@ BACKENDS: tuple[Backend, ...] = (
         "musetalk",
         ("torch", "diffusers", "transformers"),
         (
-            ("musetalk/unet/config.json",),
-            ("whisper-tiny/config.json",),
-            ("sd-vae-ft-mse/config.json",),
+            tuple(w for _, _, ws, _ in UNET_LAYOUTS for w in ws),
+            tuple(f"{d}/config.json" for d in WHISPER_DIRS),
+            tuple(f"{d}/config.json" for d in VAE_DIRS),
         ),
-        note="MuseTalk UNet + Whisper-tiny + SD VAE",
+        note="MuseTalk UNet (v1.5 or v1.0) + Whisper-tiny + SD VAE, upstream's models/ layout",
     ),
 )
 

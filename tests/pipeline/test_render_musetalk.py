@@ -59,18 +59,22 @@ def test_missing_weights_name_every_file(tmp_path, models_dir):
         load_renderer("musetalk", tmp_path)
     msg = str(err.value)
     for part in (
+        "musetalkV15/musetalk.json",
+        "musetalkV15/unet.pth",
+        "musetalk/pytorch_model.bin",
         "musetalk/unet/config.json",
-        "musetalk/unet/diffusion_pytorch_model.safetensors",
-        "sd-vae-ft-mse/config.json",
-        "whisper-tiny/model.safetensors",
-        "whisper-tiny/preprocessor_config.json",
+        "sd-vae must hold",  # upstream's VAE name is the default when none is complete
+        "whisper/",
+        "whisper-tiny/",
+        "model.safetensors or pytorch_model.bin",
+        "preprocessor_config.json",
         "hotplate doctor",
     ):
         assert part in msg
     partial = tmp_path / "partial"
     shutil.copytree(models_dir, partial)
     (partial / "whisper-tiny" / "model.safetensors").unlink()
-    with pytest.raises(ModelMissingError, match="whisper-tiny/model.safetensors") as err:
+    with pytest.raises(ModelMissingError, match="whisper-tiny/ lacks model.safetensors") as err:
         MuseTalkRenderer(partial)
     assert "unet" not in str(err.value)
     assert isinstance(err.value, FileNotFoundError)
