@@ -246,6 +246,15 @@ def bisenet_mask(
     k = int(feather * side_w // 2 * 2) + 1  # upstream's formula, on the full-size square
     if k >= 3:
         limited = cv2.GaussianBlur(limited, (k, k), 0)
-    if limited.shape != (size, size):
-        limited = cv2.resize(limited, (size, size), interpolation=cv2.INTER_AREA)
-    return limited
+    return store_size(limited, size)
+
+
+def store_size(mask: np.ndarray, size: int) -> np.ndarray:
+    """A full-resolution mask resized to the stored (size, size): area averaging down,
+    bicubic up (the renderer's bilinear fit back then stays within 2/255 of the original)."""
+    import cv2
+
+    if mask.shape == (size, size):
+        return mask
+    interp = cv2.INTER_AREA if mask.shape[0] > size else cv2.INTER_CUBIC
+    return cv2.resize(mask, (size, size), interpolation=interp)
