@@ -139,3 +139,13 @@ def test_musetalk_end_to_end(models_dir, latents, tmp_path):
     assert (info["width"], info["height"]) == (assets.width, assets.height)
     assert abs(len(frames) - 50) <= 1 and abs(info["audio_seconds"] - 2.0) < 1 / 25
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.wav", "mt.mp4"]
+
+
+def test_whisper_dtype_keyword_follows_transformers():
+    from pipeline.render.renderers.musetalk import whisper_load_kwargs
+
+    # `dtype=` is a TypeError on 4.40 (pyproject's floor), `torch_dtype=` is deprecated on 5.x
+    assert whisper_load_kwargs("f16", "4.40.0") == {"torch_dtype": "f16"}
+    assert whisper_load_kwargs("f16", "4.55.4") == {"torch_dtype": "f16"}
+    assert whisper_load_kwargs("f16", "4.56.0") == {"dtype": "f16"}
+    assert whisper_load_kwargs("f16", "5.24.0.dev0") == {"dtype": "f16"}
