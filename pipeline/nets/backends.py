@@ -134,9 +134,7 @@ def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:
         dist = backend.embedded_in
         version = "0" if dist == "hotplate" else importlib.metadata.version(dist)
         return f"{kind}:{name}:{dist}=={version}"
-    paths = [
-        find_weights(models_dir, list(alts), f"{name} {kind}") for alts in backend.weights
-    ]
+    paths = [find_weights(models_dir, list(alts), f"{name} {kind}") for alts in backend.weights]
     return f"{kind}:{name}:" + files_digest(paths)
 
 

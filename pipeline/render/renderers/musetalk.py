@@ -116,7 +116,7 @@ def load_unet(models_dir: str | Path, dtype: Any = None) -> tuple[Any, str]:
             f"{files.config} is not a MuseTalk UNet (needs 8 in, 4 out channels, "
             f"cross-attention {D_MODEL}); replace it"
         )
-    if dtype is not None:
+    if dtype is not None and unet.dtype != dtype:  # a no-op cast makes diffusers warn
         unet = unet.to(dtype)
     return unet.eval(), files.version
 
@@ -281,7 +281,9 @@ class MuseTalkRenderer:
         vae, _ = load_vae(self.models_dir, self.vae_name)
         self._unet = unet.to(self.device).eval()
         self._whisper = whisper.to(self.device, self.dtype).eval()
-        self._vae = vae.to(self.device, self.dtype).eval()
+        if vae.dtype != self.dtype:
+            vae = vae.to(dtype=self.dtype)
+        self._vae = vae.to(self.device).eval()
         self._t0 = torch.zeros(1, dtype=torch.long, device=self.device)
 
     def audio_tokens(self, ts: Sequence[int]) -> Any:
