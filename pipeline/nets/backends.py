@@ -85,16 +85,15 @@ BACKENDS: tuple[Backend, ...] = (
     ),
     Backend(
         "vae",
-        "sd-vae-ft-mse",
+        "sd-vae",
         ("torch", "diffusers"),
         (
-            ("sd-vae-ft-mse/config.json",),
-            (
-                "sd-vae-ft-mse/diffusion_pytorch_model.safetensors",
-                "sd-vae-ft-mse/diffusion_pytorch_model.bin",
+            tuple(f"{d}/config.json" for d in VAE_DIRS),
+            tuple(
+                f"{d}/diffusion_pytorch_model.{e}" for d in VAE_DIRS for e in ("safetensors", "bin")
             ),
         ),
-        note="SD VAE for latents",
+        note="SD VAE for latents (--vae names any folder; sd-vae is upstream's, sd-vae-ft-mse too)",
     ),
     Backend(
         "renderer", "warp", ("cv2",), (), "hotplate", "audio-driven landmark warp, offline default"
