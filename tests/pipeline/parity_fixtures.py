@@ -21,24 +21,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-# A small UNet in upstream's musetalk.json form (the real one is SD 1.x's with 8 input
-# channels and cross-attention 384; see bench/bench_musetalk.py). The "_" keys are in
-# upstream's real file too: UNet2DConditionModel(**json) must accept them.
-TINY_UNET = {
-    "_class_name": "UNet2DConditionModel",
-    "_diffusers_version": "0.6.0",
-    "sample_size": 32,
-    "in_channels": 8,
-    "out_channels": 4,
-    "block_out_channels": [32, 64],
-    "layers_per_block": 1,
-    "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
-    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"],
-    "cross_attention_dim": 384,
-    "attention_head_dim": 8,
-    "norm_num_groups": 8,
-}
-
 
 def reference_dir() -> Path | None:
     """The shared reference folder: $HOTPLATE_REFERENCE, else `shared/reference` beside
@@ -136,8 +118,9 @@ def save_upstream_models(root: Path, version: str = "v1.5", seed: int = 0) -> Pa
     pytorch_model.bin, preprocessor_config.json; 4 encoder layers, so 5 hidden states as
     whisper-tiny) and face-parse-bisent/{79999_iter.pth,resnet18-5c106cde.pth}."""
     import torch
-    from diffusers import AutoencoderKL, UNet2DConditionModel
-    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperModel
+    from diffusers import UNet2DConditionModel
+
+    from tests.pipeline.render_fixtures import TINY_UNET, tiny_sd_vae, tiny_whisper
 
     root = Path(root)
     torch.manual_seed(seed)
@@ -150,38 +133,11 @@ def save_upstream_models(root: Path, version: str = "v1.5", seed: int = 0) -> Pa
     with torch.no_grad():  # diffusers zero-initialises conv_out: make the output depend on input
         unet.conv_out.weight.normal_(0, 0.05)
     torch.save(unet.state_dict(), root / folder / weights)
-    AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * 4,
-        up_block_types=("UpDecoderBlock2D",) * 4,
-        block_out_channels=(8, 8, 16, 16),
-        layers_per_block=1,
-        latent_channels=4,
-        norm_num_groups=4,
-        sample_size=256,
-    ).save_pretrained(root / "sd-vae", safe_serialization=False)
-    config = WhisperConfig(
-        d_model=384,
-        encoder_layers=4,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        vocab_size=64,
-        num_mel_bins=80,
-        max_source_positions=1500,
-        max_target_positions=16,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        decoder_start_token_id=1,
-    )
-    whisper = WhisperModel(config)
+    tiny_sd_vae().save_pretrained(root / "sd-vae", safe_serialization=False)
+    whisper, extractor = tiny_whisper(encoder_layers=4)
     whisper.config.save_pretrained(root / "whisper")
     torch.save(whisper.state_dict(), root / "whisper" / "pytorch_model.bin")  # upstream's name
-    WhisperFeatureExtractor(feature_size=80).save_pretrained(root / "whisper")
+    extractor.save_pretrained(root / "whisper")
     save_bisenet(root / "face-parse-bisent", seed)
     return root
 
