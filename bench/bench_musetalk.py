@@ -172,8 +172,8 @@ def main() -> None:
         total = time.perf_counter() - start
         print(
             f"\nmusetalk render, {n} frames 1080x1920 at upstream's real network sizes, "
-            f"batch {args.batch}, {r.dtype} on {r.device}: {n / total:.2f} frames/s "
-            f"({n / total / 25:.3f}x real time; baseline: 25 frames/s = real time)"
+            f"batch {args.batch}, {r.dtype} on {r.device}: {n / total:.3f} frames/s, "
+            f"{total / n:.1f} s a frame ({n / total / 25:.4f}x real time; real time = 25 frames/s)"
         )
         for name, seconds in steps.items():
             print(f"  {name:11s} {seconds:7.2f} s  {seconds / total * 100:5.1f} %")
