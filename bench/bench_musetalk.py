@@ -90,6 +90,18 @@ def real_size_models(device, dtype):
     return unet, vae, whisper
 
 
+def timed(steps: dict[str, float], name: str, fn):
+    """`fn`, adding the seconds each call takes to steps[name]."""
+
+    def wrapper(*a, **k):
+        t = time.perf_counter()
+        out = fn(*a, **k)
+        steps[name] += time.perf_counter() - t
+        return out
+
+    return wrapper
+
+
 def main() -> None:
     import torch
 
@@ -128,24 +140,8 @@ def main() -> None:
         t = time.perf_counter()
         r.audio_tokens([n - 1])  # encodes the audio's Whisper window(s)
         steps["whisper"] += time.perf_counter() - t
-        unet_call = r._unet.forward
-
-        def timed_unet(*a, **k):
-            t = time.perf_counter()
-            out = unet_call(*a, **k)
-            steps["unet"] += time.perf_counter() - t
-            return out
-
-        r._unet.forward = timed_unet
-        decode_call = r._vae.decode
-
-        def timed_decode(*a, **k):
-            t = time.perf_counter()
-            out = decode_call(*a, **k)
-            steps["vae decode"] += time.perf_counter() - t
-            return out
-
-        r._vae.decode = timed_decode
+        r._unet.forward = timed(steps, "unet", r._unet.forward)
+        r._vae.decode = timed(steps, "vae decode", r._vae.decode)
         with Mp4Writer(
             Path(tmp) / "out.mp4", FULL[0], FULL[1], 25, audio=audio.astype(np.float32)
         ) as w:

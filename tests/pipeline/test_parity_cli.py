@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
+from tests.hotplate.test_cli_render import render_args
 from tests.pipeline.parity_fixtures import save_upstream_models
 from tests.pipeline.render_fixtures import read_video
 
@@ -64,16 +65,8 @@ def test_resolve_prints_the_recipe_musetalk_implies(world):
 
 def test_render_musetalk_from_an_upstream_models_folder(world):
     out = world / "out.mp4"
-    args = [
-        "render",
-        "--persona",
-        "astro",
-        "--attire",
-        "studio",
-        "--audio",
-        str(world / "speech.wav"),
-    ]
-    args += ["-o", str(out), "--backend", "musetalk", "--detector", "dlib", "--landmarks", "dlib"]
+    args = render_args(world, out, "--backend", "musetalk", "--detector", "dlib")
+    args += ["--landmarks", "dlib"]
     result = hotplate(world, *args, "--device", "cpu", "--batch-size", "4")
     assert result.returncode == 0, result.stderr
     assert "JIT precompile" in result.stdout
