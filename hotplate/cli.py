@@ -12,6 +12,7 @@ import click
 from hotplate.cli_common import open_cache, settings_of, source_options
 from hotplate.output import table
 from hotplate.settings import Settings, SettingsError, load_settings
+from pipeline.precompile.recipe import CROP_RULES, DETECTORS, LANDMARKERS, MASKERS, PARSING_MODES
 
 # Exceptions whose message is already one line for the user: no traceback for these.
 USER_ERRORS: tuple[type[BaseException], ...] = (
@@ -128,18 +129,30 @@ def recipe_flags(fn):
         ),
         click.option(
             "--detector",
-            type=click.Choice(["retinaface", "dlib", "s3fd"]),
-            help="Face detector [default retinaface].",
+            type=click.Choice(DETECTORS),
+            help="Face detector [default retinaface; s3fd with --backend musetalk].",
         ),
         click.option(
             "--landmarks",
-            type=click.Choice(["retinaface", "dlib", "fan", "dwpose"]),
-            help="Landmark model [default retinaface; dlib's and fan's are not for commercial use; dwpose is upstream MuseTalk's].",
+            type=click.Choice(LANDMARKERS),
+            help="Landmark model [default retinaface; dwpose with --backend musetalk; "
+            "dlib's and fan's are not for commercial use].",
         ),
         click.option(
             "--mask",
-            type=click.Choice(["landmarks", "bisenet"]),
-            help="Blend mask source [default landmarks].",
+            type=click.Choice(MASKERS),
+            help="Blend mask source [default landmarks; bisenet with --backend musetalk].",
+        ),
+        click.option(
+            "--parsing-mode",
+            type=click.Choice(PARSING_MODES),
+            help="BiSeNet mask mode, as upstream MuseTalk [default jaw; raw for MuseTalk v1.0].",
+        ),
+        click.option(
+            "--crop-rules",
+            type=click.Choice(CROP_RULES),
+            help="Half-face box rules: hotplate's, or MuseTalk v1.5 / v1.0's "
+            "[default hotplate; the UNet's version with --backend musetalk].",
         ),
         click.option(
             "--vae",
@@ -269,6 +282,14 @@ def precompile(
 @click.option(
     "--no-jit", is_flag=True, help="Fail on a cold avatar instead of precompiling it now."
 )
+@click.option(
+    "--device", help="Where musetalk runs: cpu, cuda, cuda:1 [default: cuda when present]."
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    help="Frames per UNet call for musetalk [default 20, upstream's].",
+)
 @recipe_flags
 @click.pass_context
 def render(
@@ -283,6 +304,8 @@ def render(
     loop: str | None,
     fps: float | None,
     no_jit: bool,
+    device: str | None,
+    batch_size: int | None,
     **recipe_options: object,
 ) -> None:
     """Render a lip-synced MP4 from hot assets; a cold avatar is precompiled first."""
@@ -291,8 +314,6 @@ def render(
 
     settings = settings_of(ctx)
     backend = backend or settings.renderer
-    if backend == "musetalk" and not (recipe_options.get("vae") or settings.recipe.vae):
-        recipe_options["vae"] = "sd-vae-ft-mse"  # musetalk renders from VAE latents
     recipe = recipe_from(settings, **recipe_options)
     request = LipSyncRequest(
         persona=persona,
@@ -306,6 +327,9 @@ def render(
         fps=fps,
         no_jit=no_jit,
         keep_bbox_shift=recipe_options.get("bbox_shift") is not None,
+        device=device,
+        batch_size=batch_size,
+        explicit=frozenset(k for k, v in recipe_options.items() if v is not None),
     )
     bars = StageBars()
     try:

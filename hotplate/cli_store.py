@@ -32,6 +32,11 @@ def present(settings: Settings) -> bool:
 
 @click.command()
 @source_options
+@click.option(
+    "--backend",
+    type=click.Choice(["warp", "musetalk"]),
+    help="Renderer whose recipe to resolve (musetalk implies upstream's) [default: settings'].",
+)
 @json_option
 @click.pass_context
 def resolve(
@@ -40,16 +45,19 @@ def resolve(
     attire: str,
     motion: str | None,
     video: Path | None,
+    backend: str | None,
     as_json: bool,
 ) -> None:
-    """Print the source file, its digest, the avatar key and whether it is hot."""
+    """Print the source file, its digest, the recipe, the avatar key and whether it is hot."""
     from pipeline.catalog import plan_for
     from pipeline.personas import resolve as resolve_source
+    from pipeline.precompile.recipe import describe, for_backend
 
     settings = settings_of(ctx)
     found = resolve_source(settings.personas, persona, attire, motion, video)
     store = open_cache(settings, fallback_readonly=True) if present(settings) else None
-    p = plan_for(store, found.path, settings.recipe.for_persona(found.options))
+    recipe = for_backend(settings.recipe, backend or settings.renderer).for_persona(found.options)
+    p = plan_for(store, found.path, recipe)
     hot = store is not None and store.get_avatar(p.avatar) is not None
     why = None if hot or store is None else why_cold(store, p)
     if as_json:
@@ -57,6 +65,7 @@ def resolve(
             {
                 "source": str(found.path),
                 "rule": found.rule,
+                "recipe": recipe.fields(),
                 "digest": p.source_digest,
                 "avatar": p.avatar,
                 "state": "hot" if hot else "cold",
@@ -65,6 +74,7 @@ def resolve(
         )
         return
     click.echo(f"source   {found.path}  ({found.rule})")
+    click.echo(f"recipe   {describe(recipe)}")
     click.echo(f"digest   {p.source_digest}")
     click.echo(f"avatar   {p.avatar}")
     click.echo(f"state    {'hot' if hot else 'cold'}")

@@ -62,23 +62,35 @@ def run_checks(settings: Settings) -> Iterator[Check]:
         )
     yield from codec_checks()
     yield cache_check(settings.cache)
-    models = settings.models
+    yield from backend_checks(settings.models)
+    yield from musetalk_checks(settings.models)
+
+
+def _first(models: Path, alts: tuple[str, ...]) -> Path | None:
+    """Where the first of `alts` lies: the models dir, then torch hub's caches."""
+    from pipeline.nets.models import search_dirs
+
+    return next((d / a for d in search_dirs(models) for a in alts if (d / a).is_file()), None)
+
+
+def backend_checks(models: Path) -> Iterator[Check]:
+    """One line per backend: ready (with the file each weight was found at) or what is missing."""
     for b in BACKENDS:
         default = DEFAULTS.get(b.kind) == b.name
         missing_pkgs = [p for p in b.packages if not package_present(p)]
-        hub = Path.home() / ".cache/torch/hub/checkpoints"
-        missing = [
-            " or ".join(alts)
-            for alts in b.weights
-            if not any((d / w).exists() for w in alts for d in (models, hub))
-        ]
+        found = [_first(models, alts) for alts in b.weights]
+        missing = [" or ".join(alts) for alts, f in zip(b.weights, found, strict=True) if f is None]
         ok = not missing_pkgs and not missing
         if ok:
-            where = f"shipped in {b.embedded_in}" if not b.weights else f"weights in {models}"
+            where = (
+                f"shipped in {b.embedded_in}"
+                if not b.weights
+                else ", ".join(str(f) for f in found if f is not None)
+            )
             detail = f"ready ({where})"
         else:
             detail = "missing " + ", ".join(
-                [f"package {p}" for p in missing_pkgs] + [str(models / w) for w in missing]
+                [f"package {p}" for p in missing_pkgs] + [f"{models}/{w}" for w in missing]
             )
         fix = (
             f"put {', '.join(missing)} under {models} (set --models or HOTPLATE_MODELS); nothing is downloaded"
@@ -93,6 +105,46 @@ def run_checks(settings: Settings) -> Iterator[Check]:
             + (f"; licence: {b.licence}" if b.licence else ""),
             fix,
             optional=not default,
+        )
+
+
+def musetalk_checks(models: Path) -> Iterator[Check]:
+    """MuseTalk's files one by one, as `--backend musetalk` will use them: the UNet's
+    version and layout, where each file was found, what is missing."""
+    from pipeline.nets.models import (
+        ModelMissingError,
+        default_vae,
+        unet_files,
+        vae_files,
+        whisper_dir,
+    )
+
+    fix = f"copy upstream MuseTalk's models/ folder (download_weights.sh) to {models}, or set --models to it"
+    try:
+        u = unet_files(models)
+        layout = "upstream json + state dict" if u.layout == "state_dict" else "diffusers folder"
+        yield Check(
+            "musetalk unet", True, f"{u.version} ({layout}): {u.config}, {u.weights}", fix, True
+        )
+    except ModelMissingError as e:
+        yield Check("musetalk unet", False, str(e).split("; copy")[0], fix, True)
+    try:
+        yield Check("musetalk whisper", True, str(whisper_dir(models)), fix, True)
+    except ModelMissingError as e:
+        yield Check("musetalk whisper", False, str(e).split("; copy")[0], fix, True)
+    vae = default_vae(models)
+    try:
+        config, weights = vae_files(models, vae)
+        yield Check("musetalk vae", True, f"{vae}: {weights}", fix, True)
+    except ModelMissingError as e:
+        yield Check("musetalk vae", False, str(e).split("; copy")[0], fix, True)
+    resnet = models / "face-parse-bisent" / "resnet18-5c106cde.pth"
+    if resnet.is_file():
+        yield Check(
+            "musetalk resnet18",
+            True,
+            f"{resnet} (not read: 79999_iter.pth holds the whole BiSeNet)",
+            optional=True,
         )
 
 

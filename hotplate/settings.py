@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.recipe import Recipe, for_backend
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -114,6 +114,8 @@ def load_settings(config: Path | None = None, **flags: Any) -> Settings:
         for k, v in recipe_values.items()
     }
     recipe = Recipe(models_dir=values["models"]).replace(**typed)
+    # renderer = "musetalk" implies upstream's recipe everywhere (watcher, ls, gc, render)
+    recipe = for_backend(recipe, values["renderer"])
     try:
         recipe.check()
     except ValueError as exc:

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import xxhash
 
-from pipeline.nets.models import file_identity, find_weights, vae_files
+from pipeline.nets.models import (
+    UNET_LAYOUTS,
+    VAE_DIRS,
+    WHISPER_DIRS,
+    file_identity,
+    find_weights,
+    vae_files,
+)
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,13 @@ BACKENDS: tuple[Backend, ...] = (
         note="DWPose RTMPose-l whole-body (upstream MuseTalk's); code Apache-2.0, weights their own terms",
     ),
     Backend(
+        "landmarks",
+        "dwpose",
+        ("torch",),
+        (("dwpose/dw-ll_ucoco_384.pth", "dw-ll_ucoco_384.pth"),),
+        note="DWPose RTMPose-l whole body, face points 23-90 (MuseTalk's)",
+    ),
+    Backend(
         "mask",
         "landmarks",
         ("cv2",),
@@ -104,16 +118,15 @@ BACKENDS: tuple[Backend, ...] = (
     ),
     Backend(
         "vae",
-        "sd-vae-ft-mse",
+        "sd-vae",
         ("torch", "diffusers"),
         (
-            ("sd-vae-ft-mse/config.json",),
-            (
-                "sd-vae-ft-mse/diffusion_pytorch_model.safetensors",
-                "sd-vae-ft-mse/diffusion_pytorch_model.bin",
+            tuple(f"{d}/config.json" for d in VAE_DIRS),
+            tuple(
+                f"{d}/diffusion_pytorch_model.{e}" for d in VAE_DIRS for e in ("safetensors", "bin")
             ),
         ),
-        note="SD VAE for latents",
+        note="SD VAE for latents (--vae names any folder; sd-vae is upstream's, sd-vae-ft-mse too)",
         licence="MIT",
     ),
     Backend(
@@ -130,11 +143,11 @@ BACKENDS: tuple[Backend, ...] = (
         "musetalk",
         ("torch", "diffusers", "transformers"),
         (
-            ("musetalk/unet/config.json",),
-            ("whisper-tiny/config.json",),
-            ("sd-vae-ft-mse/config.json",),
+            tuple(w for _, _, ws, _ in UNET_LAYOUTS for w in ws),
+            tuple(f"{d}/config.json" for d in WHISPER_DIRS),
+            tuple(f"{d}/config.json" for d in VAE_DIRS),
         ),
-        note="MuseTalk UNet + Whisper-tiny + SD VAE",
+        note="MuseTalk UNet (v1.5 or v1.0) + Whisper-tiny + SD VAE, upstream's models/ layout",
         licence="MIT (MuseTalk), MIT (Whisper), MIT (SD VAE)",
     ),
 )
@@ -161,9 +174,7 @@ def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:
         dist = backend.embedded_in
         version = "0" if dist == "hotplate" else importlib.metadata.version(dist)
         return f"{kind}:{name}:{dist}=={version}"
-    paths = [
-        find_weights(models_dir, list(alts), f"{name} {kind} weights") for alts in backend.weights
-    ]
+    paths = [find_weights(models_dir, list(alts), f"{name} {kind}") for alts in backend.weights]
     return f"{kind}:{name}:" + files_digest(paths)
 
 

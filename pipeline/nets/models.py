@@ -8,7 +8,9 @@ does not.
 
 from __future__ import annotations
 
+import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 HUB_CHECKPOINTS = Path("~/.cache/torch/hub/checkpoints")
@@ -24,10 +26,19 @@ class ModelMissingError(FileNotFoundError):
     """Weights that are not on disk; the message names every path tried and the fix."""
 
 
+def hub_dirs() -> list[Path]:
+    """torch hub's checkpoint caches: $TORCH_HOME's (where torch puts downloads when it is
+    set, as upstream MuseTalk's S3FD does), then the default one."""
+    dirs = [HUB_CHECKPOINTS.expanduser()]
+    if os.environ.get("TORCH_HOME"):
+        dirs.insert(0, Path(os.environ["TORCH_HOME"]).expanduser() / "hub" / "checkpoints")
+    return dirs
+
+
 def search_dirs(models_dir: Path | None) -> list[Path]:
     """Where weights are looked for, in order."""
     dirs = [Path(models_dir).expanduser()] if models_dir is not None else []
-    return [*dirs, HUB_CHECKPOINTS.expanduser()]
+    return [*dirs, *hub_dirs()]
 
 
 def find_weights(models_dir: Path | None, candidates: list[str], what: str) -> Path:
@@ -91,3 +102,106 @@ def vae_files(models_dir: Path | str | None, name: str) -> tuple[Path, Path]:
             "and run `hotplate doctor`"
         )
     return config, weights
+
+
+# MuseTalk's files, in upstream's `models/` layout (download_weights.sh) and hotplate's own.
+# UNet: (version, config, weights alternatives, layout); the first complete row wins, so
+# a folder holding both upstream versions renders with v1.5, upstream's default.
+UNET_LAYOUTS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("v1.5", "musetalkV15/musetalk.json", ("musetalkV15/unet.pth",), "state_dict"),
+    ("v1.0", "musetalk/musetalk.json", ("musetalk/pytorch_model.bin",), "state_dict"),
+    (
+        "v1.5",
+        "musetalk/unet/config.json",
+        tuple(f"musetalk/unet/{w}" for w in VAE_WEIGHTS),
+        "diffusers",
+    ),
+)
+WHISPER_DIRS = ("whisper", "whisper-tiny")  # upstream's name first
+WHISPER_FILES = (
+    ("config.json",),
+    ("model.safetensors", "pytorch_model.bin"),
+    ("preprocessor_config.json",),
+)
+VAE_DIRS = ("sd-vae", "sd-vae-ft-mse")  # upstream's --vae_type default first
+VERSIONS = ("v1.5", "v1.0")
+
+
+@dataclass(frozen=True)
+class UnetFiles:
+    version: str  # "v1.5" or "v1.0"
+    config: Path
+    weights: Path
+    layout: (
+        str  # "state_dict": UNet2DConditionModel(**json) + torch.load; "diffusers": save_pretrained
+    )
+
+
+def _models_root(models_dir: Path | str | None, what: str) -> Path:
+    if models_dir is None:
+        raise ModelMissingError(
+            f"{what} needs a models dir; set --models or HOTPLATE_MODELS (an upstream MuseTalk "
+            "`models/` folder works as it is) and run `hotplate doctor`"
+        )
+    return Path(models_dir).expanduser()
+
+
+def unet_files(models_dir: Path | str | None) -> UnetFiles:
+    """The MuseTalk UNet under the models dir and its version, detected from the files:
+    `musetalkV15/{musetalk.json,unet.pth}` is v1.5, `musetalk/{musetalk.json,pytorch_model.bin}`
+    v1.0, hotplate's `musetalk/unet/` (diffusers folder) v1.5.
+
+    Raises ModelMissingError naming every layout tried.
+    """
+    root = _models_root(models_dir, "the MuseTalk UNet")
+    for version, config, weights, layout in UNET_LAYOUTS:
+        found = next((root / w for w in weights if (root / w).is_file()), None)
+        if (root / config).is_file() and found is not None:
+            return UnetFiles(version, root / config, found, layout)
+    tried = "; ".join(f"{root / c} + {' or '.join(w)}" for _, c, w, _ in UNET_LAYOUTS)
+    raise ModelMissingError(
+        f"MuseTalk UNet not found; tried {tried}; copy upstream's musetalkV15/ (or musetalk/) "
+        "folder there and run `hotplate doctor`"
+    )
+
+
+def musetalk_version(models_dir: Path | str | None, default: str = "v1.5") -> str:
+    """The UNet's version ("v1.5" or "v1.0"), `default` when there is no UNet yet."""
+    try:
+        return unet_files(models_dir).version
+    except ModelMissingError:
+        return default
+
+
+def _complete_dir(directory: Path, files: tuple[tuple[str, ...], ...]) -> list[str]:
+    """The rows of `files` with no alternative present in `directory` (empty: complete)."""
+    return [" or ".join(alts) for alts in files if not any((directory / a).is_file() for a in alts)]
+
+
+def whisper_dir(models_dir: Path | str | None) -> Path:
+    """`whisper/` (upstream) or `whisper-tiny/` (hotplate): config, weights and the
+    feature extractor's preprocessor_config.json. Raises ModelMissingError naming what is missing."""
+    root = _models_root(models_dir, "the MuseTalk Whisper encoder")
+    misses = {}
+    for name in WHISPER_DIRS:
+        missing = _complete_dir(root / name, WHISPER_FILES)
+        if not missing:
+            return root / name
+        misses[name] = missing
+    detail = "; ".join(f"{root / n}/ lacks {', '.join(m)}" for n, m in misses.items())
+    raise ModelMissingError(
+        f"Whisper not found: {detail}; copy openai/whisper-tiny there and run `hotplate doctor`"
+    )
+
+
+def default_vae(models_dir: Path | str | None) -> str:
+    """The VAE directory name MuseTalk uses: `sd-vae` (upstream) or `sd-vae-ft-mse`,
+    whichever is complete; `sd-vae` when neither is (the error then names it)."""
+    if models_dir is not None:
+        for name in VAE_DIRS:
+            try:
+                vae_files(models_dir, name)
+                return name
+            except ModelMissingError:
+                continue
+    return VAE_DIRS[0]

@@ -89,8 +89,10 @@ def decode_latents(vae: Any, latents: Any, batch: int = 8) -> np.ndarray:
     out = []
     with torch.inference_mode():
         for start in range(0, lat.shape[0], batch):
-            chunk = lat[start : start + batch].to(vae.device, dtype=vae.dtype) / scale
-            img = (vae.decode(chunk).sample.float() / 2 + 0.5).clamp(0, 1)
-            img = (img * 255).round().to(torch.uint8).permute(0, 2, 3, 1)
+            # upstream MuseTalk's arithmetic, op for op (x * (1/s), clamp in the VAE's
+            # dtype, round in float32), so that the same latents give the same bytes
+            chunk = (1 / scale) * lat[start : start + batch].to(vae.device, dtype=vae.dtype)
+            img = (vae.decode(chunk).sample / 2 + 0.5).clamp(0, 1)
+            img = (img.permute(0, 2, 3, 1).float() * 255).round().to(torch.uint8)
             out.append(img.cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, 0, 0, 3), np.uint8)

@@ -3,6 +3,15 @@
 The box is MuseTalk's: from nose point 29 (moved down by `bbox_shift`) the box
 reaches as far up as the lowest landmark is below it, so the nose sits on the
 crop's horizontal middle and the mouth fills the lower half the renderer redraws.
+
+Three rule sets (the recipe's `crop_rules`):
+- "hotplate": sub-pixel landmarks, the box grown to whole pixels, 10 px below the chin,
+  clamped to the frame;
+- "v1.5" and "v1.0": upstream MuseTalk's exactly (`get_landmark_and_bbox` in
+  musetalk/utils/preprocessing.py, then scripts/realtime_inference.py): landmarks
+  truncated to int32 first, no bottom margin in the landmark box; v1.5 ignores bbox_shift
+  and adds `extra_margin` 10 px to y2 (clamped to the frame height), v1.0 honours
+  bbox_shift and adds nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import numpy as np
 NOSE = 29  # iBUG-300W: nose bridge point just above the tip
 BOTTOM_MARGIN = 10  # px below the lowest landmark, so the chin is not cut
 MIN_SIDE = 2  # px; anything thinner is not a face
+EXTRA_MARGIN = 10  # px added below the box by MuseTalk v1.5 (realtime_inference's default)
 
 
 def half_face_box(
@@ -21,8 +31,11 @@ def half_face_box(
     bbox_shift: int,
     frame_shape: tuple[int, ...],
     fallback_box: np.ndarray,
+    rules: str = "hotplate",
 ) -> np.ndarray:
     """int32 [x1, y1, x2, y2] (x2, y2 exclusive) of the half-face crop.
+
+    `rules` "v1.5" or "v1.0": upstream MuseTalk's box (see `musetalk_box`); else:
 
     nose_y = landmarks[29].y + bbox_shift; half = max(landmark y) - nose_y;
     box = [floor(min x), floor(max(0, nose_y - half)), ceil(max x), ceil(max y) + 10],
@@ -32,6 +45,8 @@ def half_face_box(
     pts = np.asarray(landmarks, dtype=np.float64)
     if pts.shape != (68, 2):
         raise ValueError(f"landmarks have shape {pts.shape}; expected (68, 2)")
+    if rules in ("v1.5", "v1.0"):
+        return musetalk_box(pts, bbox_shift, frame_shape, fallback_box, rules)
     h, w = int(frame_shape[0]), int(frame_shape[1])
     if np.isfinite(pts).all():
         nose_y = pts[NOSE, 1] + bbox_shift
@@ -47,6 +62,40 @@ def half_face_box(
         if face_ok and x2 - x1 >= MIN_SIDE and y2 - y1 >= MIN_SIDE:
             return np.array([x1, y1, x2, y2], dtype=np.int32)
     return clamp_box(fallback_box, frame_shape)
+
+
+def musetalk_box(
+    landmarks: np.ndarray,
+    bbox_shift: int,
+    frame_shape: tuple[int, ...],
+    fallback_box: np.ndarray,
+    version: str = "v1.5",
+) -> np.ndarray:
+    """Upstream MuseTalk's half-face box for one frame, integer for integer.
+
+    pts = landmarks as int32 (truncated); v1.0 moves pts[29].y down by bbox_shift (v1.5
+    ignores it); half = max(pts.y) - pts[29].y; box = [min x, max(0, pts[29].y - half),
+    max x, max y]. A box that is empty or starts left of the frame is replaced by the
+    (clamped) fallback box, as upstream falls back to the detector's. v1.5 then adds 10 px
+    to y2, clamped to the frame height.
+    """
+    pts = np.asarray(landmarks, np.float64)
+    box = None
+    if np.isfinite(pts).all():
+        lm = pts.astype(np.int32)
+        if version == "v1.0":
+            lm[NOSE, 1] += int(bbox_shift)  # upstream shifts the point in place, before the max
+        nose_y = int(lm[NOSE, 1])
+        bottom = int(lm[:, 1].max())
+        y1 = max(0, nose_y - (bottom - nose_y))
+        x1, x2 = int(lm[:, 0].min()), int(lm[:, 0].max())
+        if bottom - y1 > 0 and x2 - x1 > 0 and x1 >= 0:
+            box = np.array([x1, y1, x2, bottom], dtype=np.int32)
+    if box is None:
+        box = clamp_box(fallback_box, frame_shape)
+    if version == "v1.5":
+        box[3] = min(int(box[3]) + EXTRA_MARGIN, int(frame_shape[0]))
+    return box
 
 
 def clamp_box(box: np.ndarray, frame_shape: tuple[int, ...]) -> np.ndarray:

@@ -11,6 +11,7 @@ square's width. The square may extend past the frame; the renderer clips it.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,17 @@ LIPS = np.arange(48, 60)
 LOWER_JAW = np.arange(4, 13)
 JAW_ROOM = 0.16
 
-# CelebAMask-HQ labels of face-parsing.PyTorch: 1 skin, 10 nose, 11 mouth, 12/13 lips.
-# Hair (17), neck (14, 15), cloth (16), hat (18) and background (0) are left out.
-FACE_CLASSES = (1, 10, 11, 12, 13)
+# CelebAMask-HQ labels of face-parsing.PyTorch: 1 skin, 10 nose, 11 mouth, 12/13 lips,
+# 14 neck. Upstream MuseTalk's modes (musetalk/utils/face_parsing/__init__.py): "raw" is
+# skin, mouth and lips; "neck" adds the neck; "jaw" (v1.5's default) grows the skin
+# downwards with a cone kernel, erodes it at the cheeks and never takes the nose.
+# Hair (17), cloth (16), hat (18) and background (0) are always left out.
+SKIN, NOSE_LABEL = 1, 10
+MOUTH_LIPS = (11, 12, 13)
+RAW_CLASSES = (SKIN, *MOUTH_LIPS)
+NECK_CLASSES = (*RAW_CLASSES, 14)
+CHEEK_WIDTH = 90  # px of the 512 parse kept un-eroded each side of the centre (v1.5's 90)
+UPPER_BOUNDARY = 0.5  # upstream's upper_boundary_ratio: the square's upper half is cleared
 BISENET_WEIGHTS = weight_names("mask", "bisenet")
 BISENET_INPUT = 512  # the resolution the parser was trained at
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -130,21 +139,68 @@ class FaceParser:
         self._net: Any = net.to(self.device).eval()
 
     def parse(self, image_rgb: np.ndarray) -> np.ndarray:
-        """(H, W) uint8 labels of an RGB uint8 image (resized to 512 for the network)."""
-        import cv2
+        """(512, 512) uint8 labels of an RGB uint8 image, resized to 512 as upstream
+        (PIL bilinear, then ToTensor and ImageNet normalisation in float32)."""
         import torch
+        from PIL import Image
 
-        h, w = image_rgb.shape[:2]
-        x = cv2.resize(
-            np.ascontiguousarray(image_rgb),
-            (BISENET_INPUT, BISENET_INPUT),
-            interpolation=cv2.INTER_LINEAR,
+        img = Image.fromarray(np.ascontiguousarray(image_rgb)).resize(
+            (BISENET_INPUT, BISENET_INPUT), Image.BILINEAR
         )
-        x = (x.astype(np.float32) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
-        t = torch.from_numpy(x.astype(np.float32)).permute(2, 0, 1)[None].to(self.device)
+        t = torch.from_numpy(np.asarray(img, np.uint8).copy()).permute(2, 0, 1).float() / 255
+        t = (t - torch.tensor(IMAGENET_MEAN)[:, None, None]) / torch.tensor(IMAGENET_STD)[
+            :, None, None
+        ]
         with torch.inference_mode():
-            labels = self._net(t)[0].argmax(0).to(torch.uint8).cpu().numpy()
-        return cv2.resize(labels, (w, h), interpolation=cv2.INTER_NEAREST)
+            logits = self._net(t[None].to(self.device))[0]
+        return logits.argmax(0).to(torch.uint8).cpu().numpy()
+
+
+@functools.cache
+def _jaw_kernels(cheek_width: int = CHEEK_WIDTH) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(cone, cheek, cheek_mask) of upstream's jaw mode: a 33x33 kernel, a cone widening
+    downwards from the centre row (rows 10-20) over a 21 px wide stem (rows 21-32), so a
+    dilation grows the skin down over the jaw line; a flat 35x3 ellipse that erodes the
+    cheeks; and the 512x512 mask of the columns more than `cheek_width` from the centre."""
+    import cv2
+
+    cone_h, tail_h = 21, 12
+    size = cone_h + tail_h
+    cone = np.zeros((size, size), np.uint8)
+    c = size // 2
+    for row in range(cone_h // 2, cone_h):
+        half = row - cone_h // 2  # width 2 * half + 1
+        cone[row, c - half : c + half + 1] = 1
+    stem = int(cone[cone_h - 1].sum()) // 2
+    cone[cone_h:, max(0, c - stem) : min(size, c + stem + 1)] = 1
+    cheek = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (35, 3))
+    sides = np.zeros((BISENET_INPUT, BISENET_INPUT), np.uint8)
+    centre = BISENET_INPUT // 2
+    sides[:, : centre - cheek_width + 1] = 255  # cv2.rectangle's right edge is inclusive
+    sides[:, centre + cheek_width :] = 255
+    return cone, cheek, sides
+
+
+def parsing_mask(
+    labels: np.ndarray, mode: str = "jaw", cheek_width: int = CHEEK_WIDTH
+) -> np.ndarray:
+    """(512, 512) uint8 0/255 blend region of a label map in upstream's `mode`."""
+    import cv2
+
+    if mode == "raw":
+        return np.where(np.isin(labels, RAW_CLASSES), 255, 0).astype(np.uint8)
+    if mode == "neck":
+        return np.where(np.isin(labels, NECK_CLASSES), 255, 0).astype(np.uint8)
+    if mode != "jaw":
+        raise ValueError(f"parsing_mode={mode!r} is not one of jaw, raw, neck")
+    cone, cheek, sides = _jaw_kernels(cheek_width)
+    skin = np.where(labels == SKIN, 255, 0).astype(np.uint8)
+    grown = cv2.dilate(skin, cone, iterations=1)
+    eroded = cv2.erode(grown, cheek, iterations=2)
+    # eroded at the sides, grown in the middle
+    region = cv2.bitwise_or(cv2.bitwise_and(eroded, sides), cv2.bitwise_and(grown, ~sides))
+    keep = ((region == 255) & (labels != NOSE_LABEL)) | np.isin(labels, MOUTH_LIPS)
+    return np.where(keep, 255, 0).astype(np.uint8)
 
 
 def load_face_parser(name: str, models_dir: Path | str | None) -> FaceParser:
@@ -176,12 +232,39 @@ def bisenet_mask(
     square: np.ndarray,
     size: int = 256,
     feather: float = 0.1,
+    mode: str = "jaw",
 ) -> np.ndarray:
-    """(size, size) uint8 mask over `square` from face parsing (skin, nose, mouth,
-    lips); limited, cleared and feathered as `landmark_mask`."""
+    """(size, size) uint8 mask over `square` from face parsing, made as upstream's
+    `get_image_prepare_material` makes it, at the square's full resolution: parse the
+    square (resized to 512), the region of `mode`, back to the square's size (PIL bicubic),
+    kept inside the crop box, the upper half cleared, then blurred (kernel `feather` x
+    side); only then resized to `size` for the store."""
+    import cv2
+    from PIL import Image
+
+    region = square_region(frame, square)
+    side_h, side_w = region.shape[:2]
+    parsed = parsing_mask(parser.parse(region), mode)
+    full = np.asarray(Image.fromarray(parsed).resize((side_w, side_h)), np.uint8)
+    x1, y1, x2, y2 = (int(v) for v in np.asarray(crop_box).reshape(-1))
+    sx, sy = int(square[0]), int(square[1])
+    limited = np.zeros_like(full)
+    bx1, by1 = max(0, x1 - sx), max(0, y1 - sy)
+    bx2, by2 = min(side_w, x2 - sx), min(side_h, y2 - sy)
+    limited[by1:by2, bx1:bx2] = full[by1:by2, bx1:bx2]
+    limited[: int(side_h * UPPER_BOUNDARY)] = 0
+    k = int(feather * side_w // 2 * 2) + 1  # upstream's formula, on the full-size square
+    if k >= 3:
+        limited = cv2.GaussianBlur(limited, (k, k), 0)
+    return store_size(limited, size)
+
+
+def store_size(mask: np.ndarray, size: int) -> np.ndarray:
+    """A full-resolution mask resized to the stored (size, size): area averaging down,
+    bicubic up (the renderer's bilinear fit back then stays within 2/255 of the original)."""
     import cv2
 
-    region = cv2.resize(square_region(frame, square), (size, size), interpolation=cv2.INTER_AREA)
-    labels = parser.parse(region)
-    mask = np.where(np.isin(labels, FACE_CLASSES), 255, 0).astype(np.uint8)
-    return finish_mask(mask, crop_box, square, feather)
+    if mask.shape == (size, size):
+        return mask
+    interp = cv2.INTER_AREA if mask.shape[0] > size else cv2.INTER_CUBIC
+    return cv2.resize(mask, (size, size), interpolation=interp)

@@ -55,6 +55,11 @@ def plan(source_digest: str, recipe: Recipe) -> Plan:
         params = {f: getattr(recipe, f) for f in fields}
         if name == "decode":
             params["frame_codec"] = FRAME_CODEC
+        # fields added later count only off their old behaviour: existing keys stay valid
+        if name == "crops" and recipe.crop_rules != "hotplate":
+            params["crop_rules"] = recipe.crop_rules
+        if name == "masks" and recipe.mask == "bisenet":
+            params["parsing_mode"] = recipe.parsing_mode
         model = ""
         if kind:
             backend = getattr(recipe, BACKEND_FIELD[kind])

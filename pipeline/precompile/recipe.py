@@ -14,6 +14,8 @@ from pathlib import Path
 DETECTORS = ("retinaface", "dlib", "s3fd")
 LANDMARKERS = ("retinaface", "dlib", "fan", "dwpose")
 MASKERS = ("landmarks", "bisenet")
+PARSING_MODES = ("jaw", "raw", "neck")  # upstream MuseTalk's BiSeNet mask modes
+CROP_RULES = ("hotplate", "v1.5", "v1.0")  # half-face box rules: hotplate's, or MuseTalk's
 RENDERERS = ("warp", "musetalk")
 FACE_HINTS = ("auto", "largest", "central")  # or "x,y": the face nearest that point
 LOOP_MODES = ("pingpong", "cycle")
@@ -40,11 +42,19 @@ class Recipe:
     crop_size: int = 256
     mask_feather: float = 0.1  # Gaussian blur width as a fraction of the blend square
     vae: str = ""  # name of a VAE directory under the models dir; "" = no latents
+    parsing_mode: str = "jaw"  # BiSeNet mask mode (mask="bisenet" only)
+    crop_rules: str = "hotplate"  # v1.5: bbox_shift 0, extra_margin 10; v1.0: bbox_shift kept
     models_dir: Path | None = field(default=None, compare=False)
 
     def check(self) -> None:
         """Raise ValueError naming the field, the value and the fix."""
-        choices = {"detector": DETECTORS, "landmarks": LANDMARKERS, "mask": MASKERS}
+        choices = {
+            "detector": DETECTORS,
+            "landmarks": LANDMARKERS,
+            "mask": MASKERS,
+            "parsing_mode": PARSING_MODES,
+            "crop_rules": CROP_RULES,
+        }
         for name, allowed in choices.items():
             value = getattr(self, name)
             if value not in allowed:
@@ -75,7 +85,7 @@ class Recipe:
             except ValueError as e:
                 raise ValueError(f"{source}: {e}") from None
             recipe = recipe.replace(face=str(options["face"]))
-        if "bbox_shift" not in options:
+        if "bbox_shift" not in options or self.crop_rules == "v1.5":  # v1.5 forces 0
             return recipe
         try:
             return recipe.replace(bbox_shift=int(options["bbox_shift"]))
@@ -102,3 +112,58 @@ def parse_face_hint(hint: object) -> tuple[float, float] | str:
             "(fractions of the frame, e.g. '0.3,0.4')"
         )
     return (x, y)
+
+
+# What `--backend musetalk` implies: upstream's own preprocessing (scripts/realtime_inference.py)
+MUSETALK_PARTS = (
+    "detector",
+    "landmarks",
+    "mask",
+    "parsing_mode",
+    "crop_rules",
+    "vae",
+    "bbox_shift",
+)
+
+
+def for_backend(recipe: Recipe, backend: str, explicit: frozenset[str] = frozenset()) -> Recipe:
+    """The recipe a render with `backend` precompiles under.
+
+    For musetalk: S3FD, DWPose, BiSeNet in the version's mode (v1.5 jaw, v1.0 raw), the
+    version's crop rules (v1.5 also forces bbox_shift 0) and the VAE MuseTalk decodes with,
+    the version read from the UNet files in the models dir. A field named in `explicit`
+    (a flag was given) or already off its default (hotplate.toml, HOTPLATE_*) is kept.
+    Other backends: the recipe unchanged.
+    """
+    if backend != "musetalk":
+        return recipe
+    from pipeline.nets.models import default_vae, musetalk_version
+
+    version = musetalk_version(recipe.models_dir)
+    upstream = {
+        "detector": "s3fd",
+        "landmarks": "dwpose",
+        "mask": "bisenet",
+        "parsing_mode": "jaw" if version == "v1.5" else "raw",
+        "crop_rules": version,
+        "vae": default_vae(recipe.models_dir),
+    }
+    base = Recipe()
+    changes = {
+        name: value
+        for name, value in upstream.items()
+        if name not in explicit and getattr(recipe, name) == getattr(base, name)
+    }
+    chosen = recipe.replace(**changes)
+    if chosen.crop_rules == "v1.5":
+        chosen = chosen.replace(bbox_shift=0)  # upstream ignores it: one key, not one per shift
+    return chosen
+
+
+def describe(recipe: Recipe) -> str:
+    """One line naming the backends and rules a recipe precompiles with (for `resolve`)."""
+    mask = f"bisenet ({recipe.parsing_mode})" if recipe.mask == "bisenet" else recipe.mask
+    return (
+        f"detector {recipe.detector}, landmarks {recipe.landmarks}, mask {mask}, crops "
+        f"{recipe.crop_rules} (bbox_shift {recipe.bbox_shift}), vae {recipe.vae or 'none'}"
+    )

@@ -393,7 +393,8 @@ class PerFrameStages:
         from pipeline.precompile.crops import crop_resize, half_face_box
 
         boxes, crops = self._crops
-        boxes[i] = half_face_box(landmarks, self.recipe.bbox_shift, frame.shape, self.boxes[i])
+        r = self.recipe
+        boxes[i] = half_face_box(landmarks, r.bbox_shift, frame.shape, self.boxes[i], r.crop_rules)
         crops[i] = crop_resize(frame, boxes[i], self.recipe.crop_size)
 
     def masks(self, landmarks: np.ndarray, crop_boxes: np.ndarray):
@@ -421,7 +422,13 @@ class PerFrameStages:
                 )
             else:
                 masks[i] = bisenet_mask(
-                    parser, self.frames(i), crop_boxes[i], squares[i], 256, self.recipe.mask_feather
+                    parser,
+                    self.frames(i),
+                    crop_boxes[i],
+                    squares[i],
+                    256,
+                    r.mask_feather,
+                    r.parsing_mode,
                 )
             self.progress("masks", i + 1, n)
         return {"mask_boxes": squares, "masks": masks}, {}

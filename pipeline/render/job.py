@@ -37,6 +37,10 @@ class LipSyncRequest:
     fps: float | None = None  # None: persona.toml's, else the renderer's or the loop's
     no_jit: bool = False
     keep_bbox_shift: bool = False  # an explicit --bbox-shift beats persona.toml
+    device: str | None = None  # "cpu", "cuda", "cuda:1"; None = CUDA when there is one
+    batch_size: int | None = None  # frames per renderer call; None = the renderer's
+    # recipe fields the caller chose (flags): the backend's implied recipe keeps them
+    explicit: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -76,6 +80,7 @@ def lip_sync(
     from pipeline.catalog import plan_for
     from pipeline.hot import lease_avatar, load_assets, why_not_hot
     from pipeline.personas import resolve as resolve_source
+    from pipeline.precompile.recipe import for_backend
     from pipeline.precompile.run import precompile
     from pipeline.render.video import check_output, render_video
 
@@ -85,10 +90,13 @@ def lip_sync(
     found = resolve_source(personas, request.persona, request.attire, request.motion, request.video)
     check_audio(request.audio)
     check_output(request.output)
+    if recipe.models_dir is None and models_dir is not None:
+        recipe = recipe.replace(models_dir=Path(models_dir))
+    recipe = for_backend(recipe, request.backend, request.explicit)
     if request.backend == "musetalk":
         from pipeline.render.renderers.musetalk import check_weights
 
-        check_weights(models_dir, recipe.vae)
+        check_weights(models_dir, recipe.vae or None)
     options = found.options
     if not request.keep_bbox_shift:
         recipe = recipe.for_persona(options, f"{found.persona}/persona.toml")
@@ -130,6 +138,9 @@ def lip_sync(
             fps=request.fps or options.get("fps"),
             models_dir=models_dir,
             progress=lambda done, total: progress("render", done, total),
+            device=request.device,
+            vae=recipe.vae or None,
+            batch_size=request.batch_size,
         )
     return LipSyncOutcome(
         avatar=avatar,

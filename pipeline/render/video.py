@@ -98,12 +98,16 @@ def render_video(
     models_dir: str | Path | None = None,
     progress: Progress | None = None,
     device: str | None = None,
+    vae: str | None = None,
+    batch_size: int | None = None,
 ) -> RenderReport:
     """Render `assets` speaking `audio_path` into the MP4 `out_path`.
 
     The file appears at `out_path` only once it is complete; if anything fails (or
     `progress` raises), nothing is left behind. Raises ValueError for bad arguments,
-    AudioError for unreadable audio, ModelMissingError for missing weights.
+    AudioError for unreadable audio, ModelMissingError for missing weights. `vae`: the
+    VAE that encoded the assets' latents (the recipe's); `device`, `batch_size`: see
+    `load_renderer`.
     """
     start = time.perf_counter()
     audio_path, out_path = Path(audio_path), Path(out_path)
@@ -112,7 +116,7 @@ def render_video(
     check_inputs(assets, audio_path, out_path, backend, loop, fps)
     from pipeline.render.renderers import load_renderer
 
-    renderer = load_renderer(backend, models_dir, device)
+    renderer = load_renderer(backend, models_dir, device, vae=vae, batch_size=batch_size)
 
     # 2. load the audio once, at the renderer's rate
     sr = renderer.sample_rate

@@ -190,11 +190,13 @@ def test_musetalk_backend_end_to_end_through_the_cli(world, tmp_path):
     )
 
     save_tiny_musetalk_models(models)
+    # musetalk implies S3FD, DWPose and BiSeNet; each part can be overridden by its flag
+    overrides = ("--detector", "dlib", "--landmarks", "dlib", "--mask", "landmarks")
     result = hotplate(
         world,
         "--models",
         str(models),
-        *render_args(world, world / "mt.mp4", "--backend", "musetalk"),
+        *render_args(world, world / "mt.mp4", "--backend", "musetalk", *overrides),
     )
     assert result.returncode == 0, result.stderr
     assert "JIT precompile" in result.stdout

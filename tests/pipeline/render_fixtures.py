@@ -144,30 +144,29 @@ def read_video(path: str | Path) -> tuple[list[np.ndarray], dict]:
     return frames, info
 
 
-def save_tiny_musetalk_models(models_dir: str | Path) -> Path:
-    """Randomly initialised stand-ins for MuseTalk's weights, saved where the renderer
-    looks: musetalk/unet (UNet2DConditionModel 8 -> 4, cross-attention 384),
-    sd-vae-ft-mse (AutoencoderKL, 4 latent channels, 256 -> 32) and whisper-tiny
-    (WhisperModel, d_model 384, one encoder layer, + WhisperFeatureExtractor)."""
-    import torch
-    from diffusers import AutoencoderKL, UNet2DConditionModel
-    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperModel
+# A small MuseTalk UNet as upstream's musetalk.json holds one (the real one: see
+# bench/bench_musetalk.py). The "_" keys are in upstream's file too and must be accepted.
+TINY_UNET = {
+    "_class_name": "UNet2DConditionModel",
+    "_diffusers_version": "0.6.0",
+    "sample_size": 32,
+    "in_channels": 8,
+    "out_channels": 4,
+    "block_out_channels": [32, 64],
+    "layers_per_block": 1,
+    "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
+    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"],
+    "cross_attention_dim": 384,
+    "attention_head_dim": 8,
+    "norm_num_groups": 8,
+}
 
-    models_dir = Path(models_dir)
-    torch.manual_seed(0)
-    UNet2DConditionModel(
-        sample_size=32,
-        in_channels=8,
-        out_channels=4,
-        block_out_channels=(32, 64),
-        layers_per_block=1,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=384,
-        attention_head_dim=8,
-        norm_num_groups=8,
-    ).save_pretrained(models_dir / "musetalk" / "unet")
-    AutoencoderKL(
+
+def tiny_sd_vae():
+    """A random AutoencoderKL with the SD VAE's shape contract (4 latents, 256 -> 32)."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
         in_channels=3,
         out_channels=3,
         down_block_types=("DownEncoderBlock2D",) * 4,
@@ -177,10 +176,16 @@ def save_tiny_musetalk_models(models_dir: str | Path) -> Path:
         latent_channels=4,
         norm_num_groups=4,
         sample_size=256,
-    ).save_pretrained(models_dir / "sd-vae-ft-mse")
+    )
+
+
+def tiny_whisper(encoder_layers: int = 1):
+    """(random WhisperModel with d_model 384, its feature extractor)."""
+    from transformers import WhisperConfig, WhisperFeatureExtractor, WhisperModel
+
     config = WhisperConfig(
         d_model=384,
-        encoder_layers=1,
+        encoder_layers=encoder_layers,
         decoder_layers=1,
         encoder_attention_heads=2,
         decoder_attention_heads=2,
@@ -195,6 +200,22 @@ def save_tiny_musetalk_models(models_dir: str | Path) -> Path:
         eos_token_id=2,
         decoder_start_token_id=1,
     )
-    WhisperModel(config).save_pretrained(models_dir / "whisper-tiny")
-    WhisperFeatureExtractor(feature_size=80).save_pretrained(models_dir / "whisper-tiny")
+    return WhisperModel(config), WhisperFeatureExtractor(feature_size=80)
+
+
+def save_tiny_musetalk_models(models_dir: str | Path) -> Path:
+    """Randomly initialised stand-ins for MuseTalk's weights, saved in hotplate's own
+    layout: musetalk/unet (UNet2DConditionModel 8 -> 4, cross-attention 384),
+    sd-vae-ft-mse (AutoencoderKL, 4 latent channels, 256 -> 32) and whisper-tiny
+    (WhisperModel, d_model 384, one encoder layer, + WhisperFeatureExtractor)."""
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    models_dir = Path(models_dir)
+    torch.manual_seed(0)
+    UNet2DConditionModel(**TINY_UNET).save_pretrained(models_dir / "musetalk" / "unet")
+    tiny_sd_vae().save_pretrained(models_dir / "sd-vae-ft-mse")
+    whisper, extractor = tiny_whisper()
+    whisper.save_pretrained(models_dir / "whisper-tiny")
+    extractor.save_pretrained(models_dir / "whisper-tiny")
     return models_dir

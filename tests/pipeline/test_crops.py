@@ -114,3 +114,23 @@ def test_crop_resize_shape_and_content():
 def test_crop_resize_empty_box_is_an_error():
     with pytest.raises(ValueError, match="empty"):
         crop_resize(np.zeros(FRAME, np.uint8), np.array([350, 10, 400, 50]))
+
+
+def test_musetalk_crop_rules_per_version():
+    from pipeline.precompile.crops import musetalk_box
+
+    pts = np.zeros((68, 2))
+    pts[:, 0] = np.linspace(100.7, 180.2, 68)
+    pts[:, 1] = np.linspace(150.9, 260.6, 68)
+    pts[29] = (140.5, 200.9)
+    shape, fallback = (300, 400, 3), np.array([0, 0, 10, 10])
+    # int32 truncation first: nose 200, bottom 260, top 200 - 60 = 140
+    assert musetalk_box(pts, 0, shape, fallback, "v1.0").tolist() == [100, 140, 180, 260]
+    assert musetalk_box(pts, 5, shape, fallback, "v1.0").tolist() == [100, 150, 180, 260]
+    # v1.5 ignores bbox_shift and adds 10 px below, clamped to the frame height
+    assert musetalk_box(pts, 5, shape, fallback, "v1.5").tolist() == [100, 140, 180, 270]
+    assert musetalk_box(pts, 0, (265, 400, 3), fallback, "v1.5").tolist()[3] == 265
+    # a box starting left of the frame falls back, as upstream falls back to the detector
+    left = pts - (150, 0)
+    assert musetalk_box(left, 0, shape, fallback, "v1.0").tolist() == [0, 0, 10, 10]
+    assert half_face_box(pts, 0, shape, fallback, "v1.5").tolist() == [100, 140, 180, 270]

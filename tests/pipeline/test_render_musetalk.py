@@ -59,18 +59,22 @@ def test_missing_weights_name_every_file(tmp_path, models_dir):
         load_renderer("musetalk", tmp_path)
     msg = str(err.value)
     for part in (
+        "musetalkV15/musetalk.json",
+        "musetalkV15/unet.pth",
+        "musetalk/pytorch_model.bin",
         "musetalk/unet/config.json",
-        "musetalk/unet/diffusion_pytorch_model.safetensors",
-        "sd-vae-ft-mse/config.json",
-        "whisper-tiny/model.safetensors",
-        "whisper-tiny/preprocessor_config.json",
+        "sd-vae must hold",  # upstream's VAE name is the default when none is complete
+        "whisper/",
+        "whisper-tiny/",
+        "model.safetensors or pytorch_model.bin",
+        "preprocessor_config.json",
         "hotplate doctor",
     ):
         assert part in msg
     partial = tmp_path / "partial"
     shutil.copytree(models_dir, partial)
     (partial / "whisper-tiny" / "model.safetensors").unlink()
-    with pytest.raises(ModelMissingError, match="whisper-tiny/model.safetensors") as err:
+    with pytest.raises(ModelMissingError, match="whisper-tiny/ lacks model.safetensors") as err:
         MuseTalkRenderer(partial)
     assert "unet" not in str(err.value)
     assert isinstance(err.value, FileNotFoundError)
@@ -135,3 +139,13 @@ def test_musetalk_end_to_end(models_dir, latents, tmp_path):
     assert (info["width"], info["height"]) == (assets.width, assets.height)
     assert abs(len(frames) - 50) <= 1 and abs(info["audio_seconds"] - 2.0) < 1 / 25
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.wav", "mt.mp4"]
+
+
+def test_whisper_dtype_keyword_follows_transformers():
+    from pipeline.render.renderers.musetalk import whisper_load_kwargs
+
+    # `dtype=` is a TypeError on 4.40 (pyproject's floor), `torch_dtype=` is deprecated on 5.x
+    assert whisper_load_kwargs("f16", "4.40.0") == {"torch_dtype": "f16"}
+    assert whisper_load_kwargs("f16", "4.55.4") == {"torch_dtype": "f16"}
+    assert whisper_load_kwargs("f16", "4.56.0") == {"dtype": "f16"}
+    assert whisper_load_kwargs("f16", "5.24.0.dev0") == {"dtype": "f16"}

@@ -13,9 +13,17 @@ from pipeline.render.renderers.base import Renderer
 
 
 def load_renderer(
-    name: str, models_dir: str | Path | None = None, device: str | None = None
+    name: str,
+    models_dir: str | Path | None = None,
+    device: str | None = None,
+    vae: str | None = None,
+    batch_size: int | None = None,
 ) -> Renderer:
-    """The renderer called `name`; ValueError for an unknown name."""
+    """The renderer called `name`; ValueError for an unknown name.
+
+    `vae` names the VAE that encoded the avatar's latents (the recipe's): musetalk decodes
+    with that same VAE. `device` and `batch_size` apply to renderers with a network.
+    """
     if name == "warp":
         from pipeline.render.renderers.warp import WarpRenderer
 
@@ -23,5 +31,5 @@ def load_renderer(
     if name == "musetalk":
         from pipeline.render.renderers.musetalk import MuseTalkRenderer
 
-        return MuseTalkRenderer(models_dir, device=device)
+        return MuseTalkRenderer(models_dir, device=device, batch_size=batch_size, vae=vae or None)
     raise ValueError(f"renderer {name!r} is not one of {', '.join(RENDERERS)}")

@@ -1,9 +1,12 @@
 """`musetalk`: MuseTalk's UNet redraws the lower half-face from Whisper audio features.
 
-Weights, all from the models dir (nothing is downloaded):
-- `musetalk/unet/`: diffusers UNet2DConditionModel (8 in, 4 out, cross-attention 384);
-- `sd-vae-ft-mse/`: the SD VAE (loaded by `pipeline.nets.vae.load_vae`);
-- `whisper-tiny/`: transformers WhisperModel + WhisperFeatureExtractor.
+Weights, all from the models dir (nothing is downloaded), in upstream's `models/` layout
+or hotplate's own (see `pipeline.nets.models`):
+- the UNet: `musetalkV15/{musetalk.json,unet.pth}` (v1.5), `musetalk/{musetalk.json,
+  pytorch_model.bin}` (v1.0), built as upstream does (`UNet2DConditionModel(**json)`, then
+  the state dict), or a diffusers folder `musetalk/unet/`;
+- the VAE that encoded the avatar's latents (the recipe's `vae`: `sd-vae` upstream);
+- `whisper/` (or `whisper-tiny/`): transformers WhisperModel + WhisperFeatureExtractor.
 
 Per output frame t (at 25 fps, MuseTalk's rate):
 
@@ -30,14 +33,14 @@ from typing import Any
 import numpy as np
 
 from pipeline.assets import AvatarAssets
-from pipeline.nets.models import VAE_CONFIG, VAE_WEIGHTS, ModelMissingError
+from pipeline.nets.models import (
+    ModelMissingError,
+    default_vae,
+    unet_files,
+    vae_files,
+    whisper_dir,
+)
 from pipeline.render.renderers.base import blend
-
-UNET_DIR = Path("musetalk") / "unet"
-UNET_WEIGHTS = VAE_WEIGHTS  # both are diffusers save_pretrained folders
-VAE_NAME = "sd-vae-ft-mse"
-WHISPER_DIR = Path("whisper-tiny")
-WHISPER_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 
 SAMPLE_RATE = 16000
 FEATURE_RATE = 50  # Whisper encoder frames per second
@@ -45,35 +48,24 @@ WINDOW_SECONDS = 30  # Whisper's fixed input length
 LAYERS = 5  # hidden-state slots per feature frame
 PAD_LEFT, PAD_RIGHT = 2, 2  # video frames of context each side (MuseTalk's padding)
 D_MODEL = 384
+BATCH_SIZE = 20  # UNet frames per call: upstream's realtime_inference.py default
 
 
-def _expected_files(models_dir: Path, vae: str) -> list[tuple[Path, tuple[str, ...]]]:
-    """(directory, alternatives) for every file the renderer needs; one must exist per row."""
-    unet, vae_dir, whisper = models_dir / UNET_DIR, models_dir / vae, models_dir / WHISPER_DIR
-    return [
-        (unet, (VAE_CONFIG,)),
-        (unet, UNET_WEIGHTS),
-        (vae_dir, (VAE_CONFIG,)),
-        (vae_dir, VAE_WEIGHTS),
-        (whisper, ("config.json",)),
-        (whisper, WHISPER_WEIGHTS),
-        (whisper, ("preprocessor_config.json",)),
-    ]
-
-
-def check_weights(models_dir: str | Path | None, vae: str = VAE_NAME) -> Path:
-    """The models dir, if it holds every musetalk file; else ModelMissingError naming them."""
+def check_weights(models_dir: str | Path | None, vae: str | None = None) -> Path:
+    """The models dir, if it holds every musetalk file; else ModelMissingError naming
+    each missing one. `vae` None: the VAE MuseTalk uses by default (`default_vae`)."""
     if models_dir is None:
         raise ModelMissingError(
-            f"the musetalk renderer needs a models dir holding {UNET_DIR}/, {vae}/ and "
-            f"{WHISPER_DIR}/; set one (--models or HOTPLATE_MODELS) and run `hotplate doctor`"
+            "the musetalk renderer needs a models dir (upstream MuseTalk's `models/` works as "
+            "it is); set one (--models or HOTPLATE_MODELS) and run `hotplate doctor`"
         )
     models_dir = Path(models_dir).expanduser()
-    missing = [
-        " or ".join(str(d / n) for n in names)
-        for d, names in _expected_files(models_dir, vae)
-        if not any((d / n).is_file() for n in names)
-    ]
+    missing = []
+    for find in (unet_files, whisper_dir, lambda d: vae_files(d, vae or default_vae(d))):
+        try:
+            find(models_dir)
+        except ModelMissingError as e:
+            missing.append(str(e).split("; copy")[0])
     if missing:
         raise ModelMissingError(
             f"musetalk weights missing: {'; '.join(missing)}; copy them into {models_dir} "
@@ -82,14 +74,64 @@ def check_weights(models_dir: str | Path | None, vae: str = VAE_NAME) -> Path:
     return models_dir
 
 
+def whisper_load_kwargs(dtype: Any, version: str | None = None) -> dict[str, Any]:
+    """from_pretrained's dtype keyword for this transformers: `dtype` from 4.56 on,
+    `torch_dtype` before (4.40 raises TypeError on `dtype`; 5.x warns on `torch_dtype`)."""
+    if version is None:
+        import transformers
+
+        version = transformers.__version__
+    major, minor = (int(p) for p in version.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def load_unet(models_dir: str | Path, dtype: Any = None) -> tuple[Any, str]:
+    """(UNet2DConditionModel in eval mode, version), built the way the files ask:
+    upstream's json + state dict (loaded strictly), or a diffusers folder."""
+    import json
+
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    files = unet_files(models_dir)
+    if files.layout == "state_dict":
+        try:
+            unet = UNet2DConditionModel(**json.loads(files.config.read_text()))
+            state = torch.load(files.weights, map_location="cpu", weights_only=True)
+            unet.load_state_dict(state)
+        except (ValueError, TypeError, RuntimeError, KeyError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise ValueError(
+                f"{files.weights} does not load into the UNet {files.config} describes "
+                f"({first}); replace the pair"
+            ) from e
+    else:
+        # low_cpu_mem_usage=False: without `accelerate` diffusers falls back to it anyway
+        unet = UNet2DConditionModel.from_pretrained(
+            files.config.parent, local_files_only=True, low_cpu_mem_usage=False
+        )
+    cfg = unet.config
+    if (cfg.in_channels, cfg.out_channels, cfg.cross_attention_dim) != (8, 4, D_MODEL):
+        raise ValueError(
+            f"{files.config} is not a MuseTalk UNet (needs 8 in, 4 out channels, "
+            f"cross-attention {D_MODEL}); replace it"
+        )
+    if dtype is not None and unet.dtype != dtype:  # a no-op cast makes diffusers warn
+        unet = unet.to(dtype)
+    return unet.eval(), files.version
+
+
 def positional_encoding(length: int, d_model: int = D_MODEL) -> np.ndarray:
-    """(length, d_model) float32 sinusoidal encoding, as MuseTalk's PositionalEncoding."""
-    pos = np.arange(length, dtype=np.float64)[:, None]
-    div = np.exp(np.arange(0, d_model, 2, dtype=np.float64) * (-math.log(10000.0) / d_model))
-    pe = np.zeros((length, d_model), np.float64)
-    pe[:, 0::2] = np.sin(pos * div)
-    pe[:, 1::2] = np.cos(pos * div)
-    return pe.astype(np.float32)
+    """(length, d_model) float32 sinusoidal encoding, computed as MuseTalk's
+    PositionalEncoding does (float32 torch ops in its order), so that it is bit-identical."""
+    import torch
+
+    position = torch.arange(0, length, dtype=torch.float).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(length, d_model)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe.numpy()
 
 
 def layer_slots(n_states: int, slots: int = LAYERS) -> list[int]:
@@ -167,12 +209,19 @@ class MuseTalkRenderer:
         models_dir: str | Path | None,
         device: str | None = None,
         batch_size: int | None = None,
-        vae: str = VAE_NAME,
+        vae: str | None = None,
     ) -> None:
+        """`vae`: the directory of the VAE that encoded the avatar's latents (the recipe's);
+        None = MuseTalk's default (`sd-vae`, else `sd-vae-ft-mse`). `device`: "cpu",
+        "cuda", "cuda:1"...; None = CUDA when there is one. `batch_size`: UNet frames per
+        call (default 20, upstream's)."""
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be >= 1")
         self.models_dir = check_weights(models_dir, vae)
-        self.vae_name = vae
+        self.vae_name = vae or default_vae(self.models_dir)
         self._device_name = device
-        self.batch_size = batch_size or 8
+        self.batch_size = batch_size or BATCH_SIZE
+        self.version = unet_files(self.models_dir).version
         self._assets: AvatarAssets | None = None
 
     # 1. models and audio features
@@ -193,10 +242,15 @@ class MuseTalkRenderer:
             )
         if sr != SAMPLE_RATE:
             raise ValueError(f"musetalk needs audio at {SAMPLE_RATE} Hz, got sr={sr}")
-        self.device = torch.device(
-            self._device_name or ("cuda" if torch.cuda.is_available() else "cpu")
-        )
-        # fp16 only where it is fast and safe (CUDA); CPU stays in float32.
+        try:
+            self.device = torch.device(
+                self._device_name or ("cuda" if torch.cuda.is_available() else "cpu")
+            )
+        except RuntimeError as e:
+            raise ValueError(f"--device {self._device_name!r}: {e}; use cpu or cuda") from None
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {self._device_name}: this machine has no CUDA; use cpu")
+        # fp16 where it is fast and safe (CUDA, as upstream's realtime script); CPU float32.
         self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
         self._load_models()
         self._features = _WhisperFeatures(
@@ -210,40 +264,26 @@ class MuseTalkRenderer:
 
     def _load_models(self) -> None:
         import torch
-        from diffusers import UNet2DConditionModel
         from transformers import WhisperFeatureExtractor, WhisperModel
 
         from pipeline.nets.vae import load_vae
 
-        d = self.models_dir
-        # low_cpu_mem_usage=False: without `accelerate` diffusers falls back to it anyway
-        # (and says so at length); dtype at load time, so nothing is cast afterwards.
-        unet = UNet2DConditionModel.from_pretrained(
-            d / UNET_DIR, local_files_only=True, low_cpu_mem_usage=False, torch_dtype=self.dtype
-        )
-        cfg = unet.config
-        if (cfg.in_channels, cfg.out_channels, cfg.cross_attention_dim) != (8, 4, D_MODEL):
-            raise ValueError(
-                f"{d / UNET_DIR} is not a MuseTalk UNet (needs 8 in, 4 out channels, "
-                f"cross-attention {D_MODEL}); replace it"
-            )
+        unet, _ = load_unet(self.models_dir, self.dtype)
+        wdir = whisper_dir(self.models_dir)
         whisper = WhisperModel.from_pretrained(
-            d / WHISPER_DIR, local_files_only=True, dtype=self.dtype
-        )
-        whisper = whisper.get_encoder()
+            wdir, local_files_only=True, **whisper_load_kwargs(self.dtype)
+        ).get_encoder()
         if whisper.config.d_model != D_MODEL:
             raise ValueError(
-                f"{d / WHISPER_DIR} has d_model {whisper.config.d_model}, musetalk needs {D_MODEL} (whisper-tiny)"
+                f"{wdir} has d_model {whisper.config.d_model}, musetalk needs {D_MODEL} (whisper-tiny)"
             )
-        self._extractor = WhisperFeatureExtractor.from_pretrained(
-            d / WHISPER_DIR, local_files_only=True
-        )
-        vae, _ = load_vae(d, self.vae_name)
+        self._extractor = WhisperFeatureExtractor.from_pretrained(wdir, local_files_only=True)
+        vae, _ = load_vae(self.models_dir, self.vae_name)
         self._unet = unet.to(self.device).eval()
-        self._whisper = whisper.to(self.device).eval()
-        if vae.device.type != self.device.type or vae.dtype != self.dtype:
-            vae = vae.to(self.device, self.dtype)
-        self._vae = vae.eval()
+        self._whisper = whisper.to(self.device, self.dtype).eval()
+        if vae.dtype != self.dtype:
+            vae = vae.to(dtype=self.dtype)
+        self._vae = vae.to(self.device).eval()
         self._t0 = torch.zeros(1, dtype=torch.long, device=self.device)
 
     def audio_tokens(self, ts: Sequence[int]) -> Any:
@@ -254,24 +294,47 @@ class MuseTalkRenderer:
         return torch.stack([self._features.frames(a, b).reshape(-1, D_MODEL) for a, b in windows])
 
     # 2-3. UNet, decode, blend
-    def render_batch(
-        self, ts: Sequence[int], idxs: Sequence[int], frames: Sequence[np.ndarray]
-    ) -> list[np.ndarray]:
+    def faces(self, ts: Sequence[int], idxs: Sequence[int]) -> np.ndarray:
+        """(B, 256, 256, 3) uint8 RGB mouths for output frames ts over stored frames idxs:
+        UNet at timestep 0 on the stored latents with the audio tokens, then VAE decode."""
         import torch
 
         from pipeline.nets.vae import decode_latents
 
         if self._assets is None:
-            raise RuntimeError("MuseTalkRenderer.render_batch() before prepare()")
-        a = self._assets
+            raise RuntimeError("MuseTalkRenderer.faces() before prepare()")
         with torch.inference_mode():
             context = self.audio_tokens(ts) + self._pe
-            lat = torch.from_numpy(np.ascontiguousarray(a.latents[list(idxs)])).to(
+            lat = torch.from_numpy(np.ascontiguousarray(self._assets.latents[list(idxs)])).to(
                 self.device, self.dtype
             )
             pred = self._unet(lat, self._t0, encoder_hidden_states=context).sample
-            faces = decode_latents(self._vae, pred, batch=len(ts))
+            return decode_latents(self._vae, pred, batch=len(ts))
+
+    def render_batch(
+        self, ts: Sequence[int], idxs: Sequence[int], frames: Sequence[np.ndarray]
+    ) -> list[np.ndarray]:
+        a = self._assets
+        faces = self.faces(ts, idxs)
         return [
-            blend(frame, face, a.crop_boxes[i], a.masks[i], a.mask_boxes[i])
+            paste_face(frame, face, a.crop_boxes[i], a.masks[i], a.mask_boxes[i])
             for frame, face, i in zip(frames, faces, idxs, strict=True)
         ]
+
+
+def paste_face(
+    frame: np.ndarray,
+    face: np.ndarray,
+    crop_box: Sequence[int],
+    mask: np.ndarray,
+    mask_box: Sequence[int],
+) -> np.ndarray:
+    """The frame with the 256x256 `face` resized into `crop_box` and blended through the
+    mask, as upstream's realtime script: cv2.resize's default (bilinear) to the box, then
+    the blend square's mask."""
+    import cv2
+
+    x1, y1, x2, y2 = (int(v) for v in crop_box)
+    if x2 > x1 and y2 > y1 and face.shape[:2] != (y2 - y1, x2 - x1):
+        face = cv2.resize(face, (x2 - x1, y2 - y1), interpolation=cv2.INTER_LINEAR)
+    return blend(frame, face, crop_box, mask, mask_box)
