@@ -42,7 +42,8 @@ def test_flags_and_settings_override_each_part(tmp_path):
     models = upstream_files(tmp_path, "v1.5")
     configured = Recipe(models_dir=models, landmarks="fan", vae="sd-vae-ft-mse")
     r = for_backend(configured, "musetalk", explicit=frozenset({"detector", "mask"}))
-    assert (r.detector, r.mask) == ("dlib", "landmarks")  # flags given, although defaults
+    defaults = Recipe()
+    assert (r.detector, r.mask) == (defaults.detector, defaults.mask)  # flags given, as defaults
     assert (r.landmarks, r.vae) == ("fan", "sd-vae-ft-mse")  # off their defaults: kept
     assert (r.parsing_mode, r.crop_rules) == ("jaw", "v1.5")
     assert for_backend(configured, "warp") is configured
