@@ -231,8 +231,8 @@ class JobQueue:
         starts another) and its partial output removed."""
         worker = self.running.get(job.id)
         job.state = "cancelled"  # first: the dispatcher then ignores what the worker says
-        if worker is not None:
-            await asyncio.get_running_loop().run_in_executor(None, worker.kill)
+        if worker is not None:  # kill the process running this job, never its replacement
+            await asyncio.get_running_loop().run_in_executor(None, worker.kill, worker.process)
         await self._finish(job, "cancelled", error="cancelled by a DELETE request", status=499)
 
     async def wait(self, job: Job, seen: tuple, timeout: float) -> None:
@@ -252,6 +252,8 @@ class JobQueue:
     # -- serving ------------------------------------------------------------------------
 
     async def _serve(self, worker: RenderWorker) -> None:
+        """Feed jobs to one worker for as long as the server runs; a job's failure, a dead
+        worker or a cancel never ends this loop (the worker is replaced instead)."""
         loop = asyncio.get_running_loop()
         while True:
             job, request_fields, recipe = await self.queue.get()
@@ -261,16 +263,35 @@ class JobQueue:
             self.records.save(job)
             await self._notify()
             self.running[job.id] = worker
+            process = worker.process
             try:
                 await loop.run_in_executor(
                     self.threads, worker.send, (job.id, job.kind, request_fields, recipe)
                 )
                 await self._follow(job, worker)
+            except (OSError, EOFError, ValueError) as exc:  # the pipe broke: the worker died
+                if job.state == "running":
+                    await self._finish(
+                        job, "failed", error=f"the render worker died ({exc})", status=500
+                    )
             finally:
                 self.running.pop(job.id, None)
-            if not worker.process.is_alive():  # killed by a cancel, or crashed
-                worker.kill()
+            # A cancel kills this job's worker; _follow can return (cancelled) before the
+            # kill lands, so make sure of it here, on the process that ran the job.
+            if job.state == "cancelled" or not process.is_alive():
+                await loop.run_in_executor(self.threads, worker.kill, process)
+                await self._restart(worker)
+
+    async def _restart(self, worker: RenderWorker) -> None:
+        """Start a fresh worker process, retrying (with a pause) until one comes up."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
                 await loop.run_in_executor(self.threads, worker.start)
+                return
+            except (OSError, RuntimeError) as exc:
+                print(f"hotplate serve: render worker failed to start: {exc}", flush=True)
+                await asyncio.sleep(1.0)  # not a test wait: back off before the next spawn
 
     async def _follow(self, job: Job, worker: RenderWorker) -> None:
         loop = asyncio.get_running_loop()

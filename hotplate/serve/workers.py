@@ -152,10 +152,14 @@ class RenderWorker:
         self.process.join(timeout=5)
         return self.process.exitcode
 
-    def kill(self) -> None:
-        if self.process is not None and self.process.is_alive():
-            self.process.kill()
-        self.exitcode()
+    def kill(self, process: Any = None) -> None:
+        """Kill `process` (default: the current one) and reap it."""
+        process = process or self.process
+        if process is None:
+            return
+        if process.is_alive():
+            process.kill()
+        process.join(timeout=5)
 
     def stop(self) -> None:
         try:
