@@ -147,8 +147,20 @@ def test_damaged_latents_are_rebuilt_alone_and_musetalk_renders(world):
         forget_store(world / "cache")
     damage(world / "cache", "latents", "latents")
 
+    # musetalk implies upstream's recipe (S3FD, DWPose, BiSeNet, v1.5 crops); these flags
+    # keep the recipe the avatar above was made with, so only the damage is rebuilt
+    same_recipe = ("--detector", "retinaface", "--landmarks", "retinaface", "--mask", "landmarks")
     out = cli.render(
-        world, world / "cache", "astro", world / "out.mp4", "--backend", "musetalk", models=models
+        world,
+        world / "cache",
+        "astro",
+        world / "out.mp4",
+        "--backend",
+        "musetalk",
+        *same_recipe,
+        "--crop-rules",
+        "hotplate",
+        models=models,
     )
     assert out.returncode == 0, out.stderr
     assert "JIT precompile" in out.stdout and frames_of(world / "out.mp4") == 25
