@@ -124,6 +124,8 @@ class FaceParser:
         import cv2
         import torch
 
+        from pipeline.nets.bisenet import run_bisenet
+
         h, w = image_rgb.shape[:2]
         x = cv2.resize(
             np.ascontiguousarray(image_rgb),
@@ -132,8 +134,7 @@ class FaceParser:
         )
         x = (x.astype(np.float32) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
         t = torch.from_numpy(x.astype(np.float32)).permute(2, 0, 1)[None].to(self.device)
-        with torch.inference_mode():
-            labels = self._net(t)[0].argmax(0).to(torch.uint8).cpu().numpy()
+        labels = run_bisenet(self._net, t)[0].argmax(0).to(torch.uint8).cpu().numpy()
         return cv2.resize(labels, (w, h), interpolation=cv2.INTER_NEAREST)
 
 
