@@ -17,7 +17,8 @@ run by one of RUNTIMES:
 real architectures and checks each against the float32 reference (latents within 2e-2
 relative error, decoded crops within 2/255 mean absolute error). CHOSEN records the winner
 per network on the machines measured; `fast_cpu_runner` applies it and falls back to
-`eager` when the runtime's package is missing or the module is not on the CPU. Every
+`eager` when the runtime's package is missing or the module is not on the CPU.
+HOTPLATE_CPU_RUNTIME=<runtime> overrides CHOSEN for every network (`eager` = today's path). Every
 choice in CHOSEN is a float32 one, so stage keys do not change: the numbers stay within
 float32 rounding of the reference.
 """
@@ -25,6 +26,7 @@ float32 rounding of the reference.
 from __future__ import annotations
 
 import contextlib
+import os
 import importlib.util
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +43,7 @@ CHOSEN: dict[str, str] = {
     "s3fd": "openvino",
     "bisenet": "openvino",
 }
+RUNTIME_ENV = "HOTPLATE_CPU_RUNTIME"  # one runtime for every net (e.g. eager, to compare)
 _PACKAGE = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
 
 
@@ -63,7 +66,7 @@ def runtime_available(runtime: str) -> bool:
 
 def fast_cpu_runner(module: Any, example: Sequence[Any], net: str) -> Callable[..., Any]:
     """`cpu_runner` with the runtime CHOSEN for `net`, or eager where that cannot run."""
-    runtime = CHOSEN.get(net, "eager")
+    runtime = os.environ.get(RUNTIME_ENV) or CHOSEN.get(net, "eager")
     on_cpu = all(p.device.type == "cpu" for p in module.parameters())
     if not on_cpu or not runtime_available(runtime):
         runtime = "eager"
