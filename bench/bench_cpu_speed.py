@@ -1,6 +1,7 @@
 """Neural stages on this CPU: which runtime is fastest and keeps the numbers.
 
-    .venv/bin/python bench/bench_cpu_speed.py [--crops 4] [--frames 2] [--skip compile,bf16]
+    .venv/bin/python bench/bench_cpu_speed.py [--crops 1] [--frames 1] [--skip compile,bf16]
+        [--only latents,musetalk,s3fd,bisenet] [--all]
 
 Side by side in one run, random-init weights of the real architectures (speed does not
 depend on the weights), each network under every runtime of `pipeline.nets.cpu_speed`:
@@ -14,8 +15,11 @@ depend on the weights), each network under every runtime of `pipeline.nets.cpu_s
 3. S3FD on the 480-px detection proxy and 4. BiSeNet at 512x512: kept within 2e-2 relative
    error of the raw outputs.
 
-Prints items/s, the ratio to the named baseline, the one-off preparation time (export,
-conversion, compilation), the errors, and which runtime wins. Asserts nothing. The
+Prints items/s and the ratio to the named baseline (wall clock), CPU seconds per item and
+their ratio (all threads; less disturbed by other load on a shared machine, though
+spinning thread pools count too), the one-off preparation time (export, conversion,
+compilation; OpenVINO's conversions are read back from its disk cache after the first run),
+the errors, and which runtime wins. Asserts nothing. The
 machine may be shared: both sides of every ratio ran in this one process, one after the
 other.
 """
@@ -87,9 +91,15 @@ def rel_err(out: Any, ref: Any) -> float:
     return float(np.sqrt(num / max(den, 1e-30))) if torch.is_tensor(refs[0]) else float("nan")
 
 
+_last_cpu = [0.0]  # CPU seconds (all threads) of the last timed() call
+
+
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """(result, wall seconds); the CPU seconds go to _last_cpu, for Table.row."""
+    cpu = time.process_time()
     start = time.perf_counter()
     out = fn()
+    _last_cpu[0] = time.process_time() - cpu
     return out, time.perf_counter() - start
 
 
@@ -101,7 +111,11 @@ class Table:
         self.base_rate = 0.0
         self.best: tuple[float, str] = (0.0, "")
         print(f"\n{title}")
-        print(f"   {'runtime':18} {unit + '/s':>9} {'vs ' + baseline:>18}  prep s  accuracy")
+        print(
+            f"   {'runtime':18} {unit + '/s':>9} {'vs ' + baseline:>18} {'CPU s each':>10} "
+            f"{'CPU ratio':>9}  prep s  accuracy"
+        )
+        self.base_cpu = 0.0
 
     def row(self, name: str, seconds: float, prep: float, ok: bool, note: str) -> None:
         rate = self.n / seconds
@@ -135,7 +149,7 @@ def each_runtime(
     """Time `run(runner)` under every runtime and check its output."""
     for runtime in RUNTIMES:
         if runtime in skip:
-            table.skipped(runtime, "--skip")
+            table.skipped(runtime, "skipped (--skip, or see the note above)")
             continue
         if not runtime_available(runtime):
             table.skipped(runtime, "package not installed")
@@ -265,7 +279,8 @@ def bench_musetalk(vae: Any, n_frames: int, skip: set[str]) -> None:
     table.row("today (eager)", seconds, 0.0, True, "reference")
     for runtime in RUNTIMES:
         if runtime in skip or not runtime_available(runtime):
-            table.skipped(runtime, "--skip" if runtime in skip else "package not installed")
+            why = "skipped (--skip, or see the note above)"
+            table.skipped(runtime, why if runtime in skip else "package not installed")
             continue
         try:
             (u, d), prep = timed(
@@ -321,9 +336,15 @@ def bench_plain(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--crops", type=int, default=4, help="crops for the latents stage")
-    ap.add_argument("--frames", type=int, default=2, help="frames for the musetalk render")
-    ap.add_argument("--images", type=int, default=2, help="images for S3FD and BiSeNet")
+    ap.add_argument("--crops", type=int, default=1, help="crops for the latents stage")
+    ap.add_argument("--frames", type=int, default=1, help="frames for the musetalk render")
+    ap.add_argument("--images", type=int, default=1, help="images for S3FD and BiSeNet")
+    ap.add_argument(
+        "--all",
+        action="store_true",
+        help="bf16 and torch.compile on the big nets too (by default only where the CPU has "
+        "bf16 hardware: emulated bf16 and compiling take many minutes on a small CPU)",
+    )
     ap.add_argument(
         "--skip", default="", help=f"runtimes to leave out, comma-separated ({','.join(RUNTIMES)})"
     )
@@ -340,14 +361,21 @@ def main() -> None:
         f"cpu: {os.cpu_count()} cores ({cpu_flags()}), torch {torch.__version__} "
         f"with {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}"
     )
+    big_skip = set(skip)
     if "avx512_bf16" not in cpu_flags() and "amx_bf16" not in cpu_flags():
         print("note: no AVX512-BF16/AMX here: bf16 is emulated, so expect it to be slow")
+        if not args.all:
+            big_skip |= {"bf16", "compile"}
+            print(
+                "      bf16 and torch.compile measured on S3FD and BiSeNet only (--all for the "
+                "VAE and UNet)"
+            )
     torch.manual_seed(0)
     vae = AutoencoderKL(**SD_VAE).eval()
     if "latents" in only:
-        bench_latents(vae, args.crops, skip)
+        bench_latents(vae, args.crops, big_skip)
     if "musetalk" in only:
-        bench_musetalk(vae, args.frames, skip)
+        bench_musetalk(vae, args.frames, big_skip)
     if "s3fd" in only:
         from face_alignment.detection.sfd.net_s3fd import s3fd
 

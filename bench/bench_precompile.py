@@ -1,7 +1,7 @@
 """Precompile: hotplate's musetalk recipe against upstream MuseTalk's preprocessing.
 
     .venv/bin/python bench/bench_precompile.py [--video PATH] [--frames 150]
-        [--sample 2] [--hot-frames 24] [--crops 4]
+        [--sample 1] [--hot-frames 12] [--crops 2]
 
 Random-init weights of the real architectures in a models dir laid out as the real one
 (S3FD, 2D-FAN or DWPose, BiSeNet, the sd-vae-ft-mse AutoencoderKL): speed does not depend
@@ -164,9 +164,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--video", type=Path, help="a video to precompile (default: a generated loop)")
     ap.add_argument("--frames", type=int, default=150, help="frames of the generated loop")
-    ap.add_argument("--sample", type=int, default=2, help="frames timed on the upstream side")
-    ap.add_argument("--hot-frames", type=int, default=24, help="frames hotplate precompiles")
-    ap.add_argument("--crops", type=int, default=4, help="crops for latents before/after")
+    ap.add_argument("--sample", type=int, default=1, help="frames timed on the upstream side")
+    ap.add_argument("--hot-frames", type=int, default=12, help="frames hotplate precompiles")
+    ap.add_argument("--crops", type=int, default=2, help="crops for latents before/after")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     with tempfile.TemporaryDirectory() as tmp_name:

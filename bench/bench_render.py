@@ -1,6 +1,6 @@
 """Warp render throughput at 1080x1920, as a multiple of real time.
 
-    .venv/bin/python bench/bench_render.py [--seconds 20] [--frames 24]
+    .venv/bin/python bench/bench_render.py [--seconds 8] [--frames 24]
         [--video PATH] [--audio PATH]
 
 The avatar is precompiled into a real store (LMDB) from `--video` (default: a generated
@@ -55,7 +55,7 @@ def per_second(n: int, fn) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=20.0, help="audio length")
+    ap.add_argument("--seconds", type=float, default=8.0, help="audio length")
     ap.add_argument("--frames", type=int, default=24, help="stored frames in the loop")
     ap.add_argument("--video", type=Path, help="video to precompile (default: a generated loop)")
     ap.add_argument("--audio", type=Path, help="speech to render (default: generated)")

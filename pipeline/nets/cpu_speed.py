@@ -17,7 +17,9 @@ run by one of RUNTIMES:
 real architectures and checks each against the float32 reference (latents within 2e-2
 relative error, decoded crops within 2/255 mean absolute error). CHOSEN records the winner
 per network on the machines measured; `fast_cpu_runner` applies it and falls back to
-`eager` when the runtime's package is missing or the module is not on the CPU.
+`eager` when the runtime's package is missing or the module is not on the CPU. OpenVINO's
+converted models are kept on disk ($HOTPLATE_CPU_CACHE, else ~/.cache/hotplate/cpu), keyed
+by a digest of the weights, so only the first load of a model pays for the conversion.
 HOTPLATE_CPU_RUNTIME=<runtime> overrides CHOSEN for every network (`eager` = today's path). Every
 choice in CHOSEN is a float32 one, so stage keys do not change: the numbers stay within
 float32 rounding of the reference.
@@ -26,8 +28,8 @@ float32 rounding of the reference.
 from __future__ import annotations
 
 import contextlib
-import os
 import importlib.util
+import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -198,8 +200,20 @@ class _OpenVinoRunner:
         example = _plain(example)
         with torch.no_grad():
             self._many = isinstance(module(*example), list | tuple)
-            self._model = ov.convert_model(module, example_input=example)
         self._core = ov.Core()
+        # Converting a big network takes minutes on a busy CPU: keep the converted model
+        # on disk under a digest of the module's code path, weights and input ranks.
+        path = _cache_dir() / f"{_digest(module, example, ov.__version__)}.xml"
+        if path.is_file():
+            self._model = self._core.read_model(str(path))
+        else:
+            with torch.no_grad():
+                self._model = ov.convert_model(module, example_input=example)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            part = path.with_name(f"{path.stem}.{os.getpid()}.part.xml")
+            ov.save_model(self._model, str(part), compress_to_fp16=False)
+            part.with_suffix(".bin").replace(path.with_suffix(".bin"))
+            part.replace(path)  # the .xml last: it marks a complete pair
         self._compiled: dict[tuple[tuple[int, ...], ...], Any] = {}
 
     def _for(self, shapes: tuple[tuple[int, ...], ...]) -> Any:
@@ -236,3 +250,28 @@ def _plain(example: Sequence[Any]) -> tuple[Any, ...]:
 def _dynamic(x: Any) -> dict[int, str]:
     """ONNX dynamic axes: the batch, and the height and width of images."""
     return {0: "batch", 2: "h", 3: "w"} if x.ndim == 4 else {0: "batch"}
+
+
+CACHE_ENV = "HOTPLATE_CPU_CACHE"
+
+
+def _cache_dir() -> Path:
+    """Where converted models are kept: $HOTPLATE_CPU_CACHE, else ~/.cache/hotplate/cpu."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hotplate" / "cpu"
+
+
+def _digest(module: Any, example: Sequence[Any], version: str) -> str:
+    """xxh3 of the module's classes, its weights' bytes and the inputs' dtypes and ranks."""
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    h.update(f"{version}|{module!r}".encode())
+    for x in example:
+        h.update(f"{x.dtype}|{x.ndim}".encode())
+    for name, t in module.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()

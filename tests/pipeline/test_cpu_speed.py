@@ -150,3 +150,22 @@ def test_unknown_runtime_and_fallback(vae, images):
 
     with torch.inference_mode():
         assert torch.equal(run(images[:1]), latent_mode_module(vae)(images[:1]))
+
+
+@pytest.mark.skipif(not runtime_available("openvino"), reason="openvino not installed")
+def test_openvino_conversion_is_kept_on_disk(tmp_path, monkeypatch):
+    import torch
+
+    from pipeline.nets.bisenet import build_bisenet
+
+    monkeypatch.setenv("HOTPLATE_CPU_CACHE", str(tmp_path))
+    torch.manual_seed(0)
+    net, x = build_bisenet().eval(), torch.randn(1, 3, 64, 64)
+    first = cpu_runner(net, (x,), "openvino")(x)
+    kept = sorted(p.suffix for p in tmp_path.iterdir())
+    assert kept == [".bin", ".xml"]  # one converted model, no leftover .part files
+    assert torch.equal(cpu_runner(net, (x,), "openvino")(x), first)  # read back, same numbers
+    with torch.no_grad():
+        net.conv_out.conv_out.weight.mul_(2)  # other weights: another entry, not a stale hit
+    cpu_runner(net, (x,), "openvino")(x)
+    assert len(list(tmp_path.glob("*.xml"))) == 2
