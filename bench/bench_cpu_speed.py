@@ -39,7 +39,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.nets.cpu_speed import CHOSEN, RUNTIMES, cpu_runner, runtime_available  # noqa: E402
+from pipeline.nets.cpu_speed import (  # noqa: E402
+    CHOSEN,
+    RUNTIMES,
+    cpu_runner,
+    runtime_available,
+    unet_module,
+)
 from pipeline.nets.vae import decoder_module, latent_mode_module  # noqa: E402
 
 LATENT_TOL = 2e-2  # relative error of latents / network outputs
@@ -248,15 +254,7 @@ def bench_musetalk(vae: Any, n_frames: int, skip: set[str]) -> None:
     torch.manual_seed(1)
     unet = UNet2DConditionModel(**MUSETALK_UNET).eval()
 
-    class Unet(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.unet = unet
-
-        def forward(self, lat: torch.Tensor, t: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
-            return self.unet(lat, t, encoder_hidden_states=ctx).sample
-
-    net, decoder = Unet().eval(), decoder_module(vae)
+    net, decoder = unet_module(unet), decoder_module(vae)
     scale = float(vae.config.scaling_factor)
     g = torch.Generator().manual_seed(2)
     lat = torch.randn(n_frames, 8, 32, 32, generator=g)

@@ -63,6 +63,7 @@ def save_random_models(models: Path) -> None:
     torch.save(s3fd().state_dict(), models / S3FD_WEIGHTS[0])
     torch.save(FAN(4).state_dict(), models / FAN_WEIGHTS[0])
     torch.save(build_bisenet().state_dict(), models / BISENET_WEIGHTS[0])
+    torch.manual_seed(0)  # the same VAE as bench_cpu_speed's: its CPU conversion is reused
     AutoencoderKL(**SD_VAE).save_pretrained(models / "sd-vae-ft-mse")
 
 

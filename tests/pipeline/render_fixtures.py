@@ -140,6 +140,21 @@ def read_video(path: str | Path) -> tuple[list[np.ndarray], dict]:
     return frames, info
 
 
+# MuseTalk's UNet interface (8 in, 4 out, cross-attention 384) at a tiny size
+TINY_UNET = dict(
+    sample_size=32,
+    in_channels=8,
+    out_channels=4,
+    block_out_channels=(32, 64),
+    layers_per_block=1,
+    down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+    up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+    cross_attention_dim=384,
+    attention_head_dim=8,
+    norm_num_groups=8,
+)
+
+
 def save_tiny_musetalk_models(models_dir: str | Path) -> Path:
     """Randomly initialised stand-ins for MuseTalk's weights, saved where the renderer
     looks: musetalk/unet (UNet2DConditionModel 8 -> 4, cross-attention 384),
@@ -151,18 +166,7 @@ def save_tiny_musetalk_models(models_dir: str | Path) -> Path:
 
     models_dir = Path(models_dir)
     torch.manual_seed(0)
-    UNet2DConditionModel(
-        sample_size=32,
-        in_channels=8,
-        out_channels=4,
-        block_out_channels=(32, 64),
-        layers_per_block=1,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=384,
-        attention_head_dim=8,
-        norm_num_groups=8,
-    ).save_pretrained(models_dir / "musetalk" / "unet")
+    UNet2DConditionModel(**TINY_UNET).save_pretrained(models_dir / "musetalk" / "unet")
     AutoencoderKL(
         in_channels=3,
         out_channels=3,

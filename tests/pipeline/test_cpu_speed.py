@@ -15,6 +15,7 @@ from pipeline.nets.cpu_speed import (
     unet_module,
 )
 from pipeline.nets.vae import decode_latents, decoder_module, encode_latents, latent_mode_module
+from tests.pipeline.render_fixtures import TINY_UNET
 from tests.pipeline.test_latents import tiny_vae
 
 LATENT_TOL, PIXEL_TOL = 2e-2, 2.0
@@ -88,18 +89,7 @@ def test_unet_within_bounds(runtime):
     from diffusers import UNet2DConditionModel
 
     torch.manual_seed(0)
-    unet = UNet2DConditionModel(
-        sample_size=32,
-        in_channels=8,
-        out_channels=4,
-        block_out_channels=(32, 64),
-        layers_per_block=1,
-        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-        cross_attention_dim=384,
-        attention_head_dim=8,
-        norm_num_groups=8,
-    ).eval()
+    unet = UNet2DConditionModel(**TINY_UNET).eval()
     g = torch.Generator().manual_seed(1)
     lat, ctx = torch.randn(2, 8, 32, 32, generator=g), torch.randn(2, 50, 384, generator=g)
     t0 = torch.zeros(1, dtype=torch.long)
