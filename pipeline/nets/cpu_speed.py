@@ -191,7 +191,7 @@ class _OnnxRunner:
 
 
 class _OpenVinoRunner:
-    """OpenVINO model of the module, compiled for the CPU in float32 once per input shape."""
+    """OpenVINO model of the module, compiled for the CPU in float32 once per input size."""
 
     def __init__(self, module: Any, example: Sequence[Any]) -> None:
         import openvino as ov
@@ -217,13 +217,18 @@ class _OpenVinoRunner:
         self._compiled: dict[tuple[tuple[int, ...], ...], Any] = {}
 
     def _for(self, shapes: tuple[tuple[int, ...], ...]) -> Any:
-        if shapes not in self._compiled:
+        # the batch stays dynamic (a last, shorter batch must not recompile); the rest is
+        # static, which is what makes OpenVINO's CPU kernels fast
+        key = tuple(s[1:] if len(s) > 1 else s for s in shapes)
+        if key not in self._compiled:
             model = self._model.clone()
-            model.reshape({i: list(s) for i, s in enumerate(shapes)})
-            self._compiled[shapes] = self._core.compile_model(
+            model.reshape(
+                {i: [-1, *s[1:]] if len(s) > 1 else list(s) for i, s in enumerate(shapes)}
+            )
+            self._compiled[key] = self._core.compile_model(
                 model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
             )
-        return self._compiled[shapes]
+        return self._compiled[key]
 
     def __call__(self, *inputs: Any) -> Any:
         import torch
