@@ -18,8 +18,9 @@ real architectures and checks each against the float32 reference (latents within
 relative error, decoded crops within 2/255 mean absolute error). CHOSEN records the winner
 per network on the machines measured; `fast_cpu_runner` applies it and falls back to
 `eager` when the runtime's package is missing or the module is not on the CPU. OpenVINO's
-converted models are kept on disk ($HOTPLATE_CPU_CACHE, else ~/.cache/hotplate/cpu), keyed
-by a digest of the weights, so only the first load of a model pays for the conversion.
+converted models and ONNX exports are kept on disk ($HOTPLATE_CPU_CACHE, else
+~/.cache/hotplate/cpu), keyed by a digest of the weights, so only the first load of a
+model pays for the conversion.
 HOTPLATE_CPU_RUNTIME=<runtime> overrides CHOSEN for every network (`eager` = today's path). Every
 choice in CHOSEN is a float32 one, so stage keys do not change: the numbers stay within
 float32 rounding of the reference.
@@ -30,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import tempfile
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,11 +40,11 @@ RUNTIMES = ("eager", "channels_last", "bf16", "compile", "onnxruntime", "openvin
 
 # The winner per network, from bench/bench_cpu_speed.py (see README's benchmark table).
 CHOSEN: dict[str, str] = {
-    "vae_encoder": "openvino",
+    "vae_encoder": "onnxruntime",
     "vae_decoder": "openvino",
     "unet": "openvino",
-    "s3fd": "openvino",
-    "bisenet": "openvino",
+    "s3fd": "onnxruntime",
+    "bisenet": "onnxruntime",
 }
 RUNTIME_ENV = "HOTPLATE_CPU_RUNTIME"  # one runtime for every net (e.g. eager, to compare)
 _PACKAGE = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
@@ -160,26 +161,34 @@ class _OnnxRunner:
 
         example = _plain(example)
         names = [f"in{i}" for i in range(len(example))]
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "model.onnx"
-            with torch.no_grad():
-                first = module(*example)
-            n_out = len(_outputs(first))
-            outs = [f"out{i}" for i in range(n_out)]
+        with torch.no_grad():
+            first = module(*example)
+        outs = [f"out{i}" for i in range(len(_outputs(first)))]
+        # exported once per weights (like OpenVINO's conversions): kept in the cache dir
+        # a folder per model: an export over 2 GB writes its weights as files beside it
+        folder = _cache_dir() / f"{_digest(module, example, 'onnx')}.onnx"
+        path = folder / "model.onnx"
+        if not path.is_file():
+            work = folder.with_name(f"{folder.name}.{os.getpid()}.part")
+            work.mkdir(parents=True, exist_ok=True)
             axes = {n: _dynamic(x) for n, x in zip(names, example, strict=True) if x.ndim > 1}
             axes.update({n: _dynamic(o) for n, o in zip(outs, _outputs(first), strict=True)})
             with torch.no_grad():
                 torch.onnx.export(
                     module,
                     tuple(example),
-                    str(path),
+                    str(work / "model.onnx"),
                     input_names=names,
                     output_names=outs,
                     dynamic_axes=axes,
                     opset_version=17,
                     dynamo=False,
                 )
-            self._session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            if folder.exists():  # another process finished first
+                shutil.rmtree(work, ignore_errors=True)
+            else:
+                work.replace(folder)
+        self._session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         self._names, self._many = names, isinstance(first, list | tuple)
 
     def __call__(self, *inputs: Any) -> Any:
