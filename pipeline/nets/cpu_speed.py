@@ -184,10 +184,10 @@ class _OnnxRunner:
                     opset_version=17,
                     dynamo=False,
                 )
-            if folder.exists():  # another process finished first
-                shutil.rmtree(work, ignore_errors=True)
-            else:
+            try:
                 work.replace(folder)
+            except OSError:  # another process put the same export there first
+                shutil.rmtree(work, ignore_errors=True)
         self._session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         self._names, self._many = names, isinstance(first, list | tuple)
 
