@@ -82,7 +82,7 @@ def compare(motion: str, n_frames: int, detector) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frames", type=int, default=150)
+    parser.add_argument("--frames", type=int, default=60)
     parser.add_argument("--detector", default="dlib")
     args = parser.parse_args()
     detector = load_detector(args.detector, None)

@@ -67,7 +67,7 @@ def encode_latents(vae: Any, crops: np.ndarray, batch: int = 8) -> np.ndarray:
             masked = x.clone()
             masked[:, :, half:, :] = 0.0
             both = (torch.cat([masked, x]) * 2.0 - 1.0).to(dtype)
-            lat = vae.encode(both).latent_dist.mode() * scale
+            lat = _runner(vae, "vae_encoder", both)(both) * scale
             lat_masked, lat_full = lat.chunk(2)
             out.append(torch.cat([lat_masked, lat_full], dim=1).to(torch.float16).cpu().numpy())
     if not out:
@@ -90,9 +90,49 @@ def decode_latents(vae: Any, latents: Any, batch: int = 8) -> np.ndarray:
     with torch.inference_mode():
         for start in range(0, lat.shape[0], batch):
             # upstream MuseTalk's arithmetic, op for op (x * (1/s), clamp in the VAE's
-            # dtype, round in float32), so that the same latents give the same bytes
+            # dtype, round in float32), so that the same latents give the same bytes; the
+            # decoder itself runs on cpu_speed's runtime (eager where parity is checked)
             chunk = (1 / scale) * lat[start : start + batch].to(vae.device, dtype=vae.dtype)
-            img = (vae.decode(chunk).sample / 2 + 0.5).clamp(0, 1)
+            img = (_runner(vae, "vae_decoder", chunk)(chunk) / 2 + 0.5).clamp(0, 1)
             img = (img.permute(0, 2, 3, 1).float() * 255).round().to(torch.uint8)
             out.append(img.cpu().numpy())
     return np.concatenate(out) if out else np.zeros((0, 0, 0, 3), np.uint8)
+
+
+def latent_mode_module(vae: Any) -> Any:
+    """torch module: images in [-1, 1] -> the posterior's mode (what `encode` + `.mode()`
+    give, without the distribution object, so that other runtimes can take it)."""
+    import torch
+
+    class LatentMode(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder, self.quant_conv = vae.encoder, vae.quant_conv
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.quant_conv(self.encoder(x))[:, : vae.config.latent_channels]
+
+    return LatentMode().eval()
+
+
+def decoder_module(vae: Any) -> Any:
+    """torch module: unscaled latents -> images in [-1, 1] (`vae.decode(z).sample`)."""
+    import torch
+
+    class Decode(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.post_quant_conv, self.decoder = vae.post_quant_conv, vae.decoder
+
+        def forward(self, z: torch.Tensor) -> torch.Tensor:
+            return self.decoder(self.post_quant_conv(z))
+
+    return Decode().eval()
+
+
+def _runner(vae: Any, net: str, example: Any) -> Any:
+    """The VAE half `net` run by `cpu_speed`'s chosen CPU runtime, made once per VAE."""
+    from pipeline.nets.cpu_speed import cached_runner
+
+    build = latent_mode_module if net == "vae_encoder" else decoder_module
+    return cached_runner(vae, net, lambda: build(vae), (example[:1],))

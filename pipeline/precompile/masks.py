@@ -151,8 +151,10 @@ class FaceParser:
         t = (t - torch.tensor(IMAGENET_MEAN)[:, None, None]) / torch.tensor(IMAGENET_STD)[
             :, None, None
         ]
+        from pipeline.nets.bisenet import run_bisenet
+
         with torch.inference_mode():
-            logits = self._net(t[None].to(self.device))[0]
+            logits = run_bisenet(self._net, t[None].to(self.device))[0]
         return logits.argmax(0).to(torch.uint8).cpu().numpy()
 
 

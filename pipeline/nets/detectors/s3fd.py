@@ -127,6 +127,8 @@ class S3FDDetector:
         # As face_alignment: RGB -> BGR, subtract the Caffe VGG mean, no scaling.
         x = batch.permute(0, 3, 1, 2).flip(1).float()
         x = x - torch.tensor(MEAN_BGR, device=self.device).view(1, 3, 1, 1)
-        with torch.inference_mode():
-            outputs = self._net(x)
+        from pipeline.nets.cpu_speed import cached_runner
+
+        # cpu_speed's fastest runtime for S3FD, made once (per input size, for some runtimes)
+        outputs = cached_runner(self, "s3fd", lambda: self._net, (x[:1],))(x)
         return postprocess(outputs, len(frames))
