@@ -185,7 +185,11 @@ def test_whisper_prompts_are_bit_identical(upstream_models):
     assert torch.equal(ours, prompts)
 
 
-def test_unet_decode_and_blend_match_upstream(upstream_models, tmp_path):
+def test_unet_decode_and_blend_match_upstream(upstream_models, tmp_path, monkeypatch):
+    # Bit-identical is a statement about the arithmetic, so it is checked on eager torch,
+    # upstream's own runtime; the faster CPU runtimes hotplate picks by default are held
+    # within 2/255 of eager by tests/pipeline/test_cpu_speed.py.
+    monkeypatch.setenv("HOTPLATE_CPU_RUNTIME", "eager")
     import cv2
     import torch
     from transformers import WhisperModel
