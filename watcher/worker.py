@@ -25,7 +25,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,18 @@ def die_with_parent() -> None:
         pass
 
 
+def messages(conn: Any) -> Iterator[Any]:
+    """Each message from the parent, until it sends None or the pipe closes."""
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        yield msg
+
+
 def worker_main(conn: Any, cache: str, job_spec: str, parent: int) -> None:
     """Entry point of a spawned worker."""
     die_with_parent()
@@ -91,13 +103,7 @@ def worker_main(conn: Any, cache: str, job_spec: str, parent: int) -> None:
         return
     conn.send(("ready", os.getpid()))
     store = None
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
+    for msg in messages(conn):
         job_id, path, recipe, stat = msg
         if store is None:
             from cachestore.store import open_store

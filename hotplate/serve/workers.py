@@ -22,7 +22,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from watcher.worker import _one_line, die_with_parent
+from watcher.worker import _one_line, die_with_parent, messages
 
 
 def status_for(exc: BaseException) -> int:
@@ -99,13 +99,7 @@ def worker_main(conn: Any, settings: dict[str, Any], parent: int) -> None:
 
     store = open_store(settings["cache"])
     conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
+    for msg in messages(conn):
         job_id, kind, fields, recipe = msg
         try:
             result = run_job(store, settings, kind, fields, recipe, Throttle(conn, job_id))
