@@ -32,6 +32,19 @@ def nobody_can_run(python: str, env: dict[str, str]) -> bool:
     return subprocess.run(probe, env=env, capture_output=True, cwd="/").returncode == 0
 
 
+def grant_search(paths: list[Path]) -> dict[Path, int]:
+    """Let others traverse (o+x, not read) every ancestor of paths that forbids it, e.g.
+    a 0700 `mktemp -d` that holds the checkout; returns the modes to restore."""
+    changed = {}
+    for path in paths:
+        for folder in [path, *path.parents]:
+            mode = folder.stat().st_mode
+            if folder.is_dir() and not mode & 0o001 and folder not in changed:
+                changed[folder] = mode & 0o7777
+                folder.chmod(changed[folder] | 0o001)
+    return changed
+
+
 @pytest.fixture(scope="module")
 def nobody():
     """(python, env) that run this worktree's hotplate as nobody, or a skip saying why."""
@@ -40,12 +53,19 @@ def nobody():
     # The venv's interpreter may live where nobody cannot go (e.g. under /root); then use
     # a system Python of the same version with the venv's packages on the path.
     env = clean_env(Path("/tmp"))
-    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{sysconfig.get_paths()['purelib']}"
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    for python in (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
-        if Path(python).exists() and nobody_can_run(python, env):
-            return python, env
-    pytest.skip(f"nobody cannot run a {version} that imports {ROOT} and the venv's packages")
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{purelib}"
+    changed = grant_search([Path(ROOT).resolve(), purelib.resolve()])
+    try:
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        for python in (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
+            if Path(python).exists() and nobody_can_run(python, env):
+                yield python, env
+                return
+        pytest.skip(f"nobody cannot run a {version} that imports {ROOT} and the venv's packages")
+    finally:
+        for folder, mode in changed.items():
+            folder.chmod(mode)
 
 
 @pytest.fixture(scope="module")
