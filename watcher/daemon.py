@@ -1,7 +1,11 @@
 """The watcher daemon: events -> settle -> hash -> job -> worker, and `sync`'s one shot.
 
 One thread runs the loop; the observer thread only enqueues (watcher/events.py) and
-the precompiles run in spawned worker processes (watcher/jobs.py). Each turn:
+the precompiles run in spawned worker processes (watcher/jobs.py). The loop owns the life
+cycle, signals and deadlines; the work of each step is in its own room: the intake
+(watcher/intake.py: changes, settle, hash, hot or a job), the keys memo (watcher/keys.py),
+the outcomes (watcher/outcomes.py: dispatch, rows, summary) and the health records
+(watcher/health.py). Each turn:
 
     1. wait for a change, a worker message, a worker exit or the next deadline
     2. apply the changes: settle what was written, drop what was deleted, carry
@@ -23,7 +27,6 @@ import os
 import signal
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -39,11 +42,11 @@ from watcher.events import (
     OverflowSignal,
     start_observer,
 )
-from watcher.intake import Intake
+from watcher.intake import RESCAN, STOP, Intake, Verdict
 from watcher.jobs import JobQueue, WorkerPool
 from watcher.keys import Keys
 from watcher.log import quiet
-from watcher.outcomes import Outcomes
+from watcher.outcomes import Outcomes, Summary
 from watcher.reconcile import scan
 from watcher.settle import Settler
 from watcher.sources import (
@@ -53,8 +56,6 @@ from watcher.sources import (
     stat_of,
 )
 from watcher.worker import DEFAULT_JOB
-
-MAX_ERRORS = 10  # last errors kept for the heartbeat
 
 
 @dataclass
@@ -94,20 +95,11 @@ class Config:
         self.recipe.check()
 
 
-@dataclass
-class Summary:
-    done: int = 0  # jobs that made an avatar hot
-    failed: int = 0  # jobs given up
-    unchanged: int = 0  # sources hot already at the last reconcile
-    failed_before: dict[str, str] = field(default_factory=dict)  # rel -> error, left alone
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)  # rel -> final state
-
-
 class WatcherError(RuntimeError):
     """The daemon cannot go on (its folder vanished); a service manager should restart it."""
 
 
-class Daemon(Intake, Outcomes, Keys, health.Records):
+class Daemon:
     """The watcher. Not reusable: one `run()` per instance."""
 
     def __init__(self, config: Config, log: Any = quiet) -> None:
@@ -120,18 +112,17 @@ class Daemon(Intake, Outcomes, Keys, health.Records):
         self.pool = WorkerPool(config.workers, self.cache, config.job)
         self.lock = health.Lock(self.cache)
         self.summary = Summary()
+        self.keys = Keys(self.root, config.recipe)
         self.mode = "scan" if config.once else ""
         self.started = time.time()
-        self.retried = 0
-        self.errors: deque[dict[str, Any]] = deque(maxlen=MAX_ERRORS)
         self.store: Store | None = None
         self.settler: Settler | None = None
+        self.outcomes: Outcomes | None = None  # made once the store is open
+        self.intake: Intake | None = None
         self.observer: Any = None
         self._stop = threading.Event()
         self._hurry = False
         self._fatal = ""
-        self._recipes: dict[str, tuple[Any, Recipe]] = {}
-        self._avatars: dict[tuple[str, Recipe], str] = {}
         self._next_beat = 0.0
         self._next_rescan = float("inf")
         self._old_signals: dict[int, Any] = {}
@@ -173,6 +164,20 @@ class Daemon(Intake, Outcomes, Keys, health.Records):
             self.settler = Settler(
                 self.root, c.settle, need_close=self.mode == "inotify", open_grace=c.open_grace
             )
+            self.outcomes = Outcomes(
+                self.root,
+                self.store,
+                self.jobs,
+                self.pool,
+                self.settler,
+                c.retries,
+                c.backoff,
+                self.summary,
+                self.log,
+            )
+            self.intake = Intake(
+                self.root, self.store, self.settler, self.jobs, self.keys, self.outcomes, self.log
+            )
             # 3. workers start (spawn, imports) while the folder is scanned; sync starts
             #    them only if there is work
             if not c.once:
@@ -198,33 +203,45 @@ class Daemon(Intake, Outcomes, Keys, health.Records):
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._dispatch()
+            self.outcomes.dispatch()
             if self.c.once and not self.settler and not self.jobs:
                 return
             timeout = self._timeout()
             wait([self.queue, *self.pool.waitables()], timeout)
             for change in self.queue.drain():
-                self._guard(self._on_change, change)
+                self._obey(self._guard(self.intake.on_change, change))
             for outcome in self.pool.poll():
-                self._guard(self._on_outcome, outcome)
+                self._guard(self.outcomes.on_outcome, outcome)
             ready, vanished = self.settler.due()
             for rel in vanished:
-                self._guard(self._gone, rel, "vanished before it settled")
+                self._guard(self.intake.gone, rel, "vanished before it settled")
             for rel in ready:
-                self._guard(self._ready, rel)
+                self._guard(self.intake.ready, rel)
             self._tick()
 
-    def _guard(self, fn: Any, *args: Any) -> None:
+    def _obey(self, verdict: Verdict | None) -> None:
+        """Do what the intake asked of the loop."""
+        if verdict is None:
+            return
+        self.log("warning", msg=verdict.reason)
+        if verdict.action == RESCAN:
+            self._next_rescan = 0.0
+        elif verdict.action == STOP:
+            self._fatal = verdict.reason
+            self.stop()
+
+    def _guard(self, fn: Any, *args: Any) -> Any:
         """One path's trouble is logged, never the end of the daemon."""
         from watcher.jobs import WorkerFatalError
 
         try:
-            fn(*args)
+            return fn(*args)
         except WorkerFatalError:
             raise
         except Exception as exc:
             where = args[0] if args and isinstance(args[0], str) else ""
             self.log("warning", where, f"internal error, skipped: {type(exc).__name__}: {exc}")
+            return None
 
     def _timeout(self) -> float:
         now = time.monotonic()
@@ -261,17 +278,23 @@ class Daemon(Intake, Outcomes, Keys, health.Records):
             logging.getLogger("watchdog.observers.inotify").removeHandler(self._overflow)
         try:
             grace = 0.0 if self._hurry else self.c.stop_grace
-            for outcome in self.pool.stop(grace):
-                self._guard(self._on_outcome, outcome)
-            for job in self.jobs.running:
-                self._set_rows(job, state=QUEUED, error="abandoned when the daemon stopped")
-                self.log(
-                    "stop", job.path, f"job {job.id} abandoned; it runs again at the next start"
-                )
-            if self.store is not None and not self.c.once:
-                self.heartbeat(stopped=time.time())
-            elif self.store is not None:
-                self._write_sync_record()
+            outcomes = self.pool.stop(grace)
+            if self.outcomes is not None:  # else the store never opened: no rows, no records
+                for outcome in outcomes:
+                    self._guard(self.outcomes.on_outcome, outcome)
+                for job in self.jobs.running:
+                    self.outcomes.set_rows(
+                        job, state=QUEUED, error="abandoned when the daemon stopped"
+                    )
+                    self.log(
+                        "stop", job.path, f"job {job.id} abandoned; it runs again at the next start"
+                    )
+                if not self.c.once:
+                    self.heartbeat(stopped=time.time())
+                else:
+                    health.write_sync(
+                        self.cache, self.root, self.summary.results, self.summary.unchanged
+                    )
         finally:
             if self.observer is not None:
                 self.observer.join(timeout=2)
@@ -290,8 +313,8 @@ class Daemon(Intake, Outcomes, Keys, health.Records):
 
     def reconcile(self, under: str = "") -> None:
         """Queue what the folder has that the table does not know hot; drop what is gone."""
-        self._avatars.clear()  # models may have changed: recompute identities once per scan
-        found = scan(self.root, self.store, self._avatar_of, self.c.retry_failed, under)
+        self.keys.new_scan()
+        found = scan(self.root, self.store, self.keys.avatar_of, self.c.retry_failed, under)
         for rel in found.gone:
             self.settler.forget(rel)
             self.jobs.remove_path(rel)
@@ -309,7 +332,7 @@ class Daemon(Intake, Outcomes, Keys, health.Records):
             quiet_since = now_mono - max(0.0, now_wall - item.quiet_since)
             self.settler.note(item.rel, closed=True, quiet_since=quiet_since)
             queued += 1
-        self._touch(found.hot + found.failed)
+        self.outcomes.touch(found.hot + found.failed)
         self.summary.unchanged = len(found.hot)
         if found.failed:
             rows = load_rows(self.store, self.root)
@@ -327,3 +350,27 @@ class Daemon(Intake, Outcomes, Keys, health.Records):
             moved=len(found.moved),
             failed=len(found.failed),
         )
+
+    def heartbeat(self, stopped: float | None = None) -> None:
+        """Write daemon.json (what `hotplate status` reads)."""
+        o = self.outcomes
+        figures = {
+            "pid": os.getpid(),
+            "started": self.started,
+            "personas": str(self.root),
+            "cache": str(self.cache),
+            "mode": self.mode,
+            "settle": self.c.settle,
+            "workers": self.c.workers,
+            "worker_pids": [w.pid for w in self.pool.workers],
+            "queue": {
+                "running": len(self.jobs.running),
+                "waiting": len(self.jobs.waiting),
+                "settling": len(self.settler) if self.settler else 0,
+            },
+            "done": self.summary.done,
+            "failed": self.summary.failed,
+            "retried": o.retried if o else 0,
+            "errors": list(o.errors) if o else [],
+        }
+        health.beat(self.cache, figures, load_rows(self.store, self.root).values(), stopped)

@@ -21,11 +21,11 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from cachestore.atomic import atomic_write_text
-from watcher.sources import FAILED, HOT, load_rows
 
 LOCK_FILE = "watcher.lock"
 HEARTBEAT_FILE = "daemon.json"
@@ -118,6 +118,43 @@ def write_heartbeat(cache: Path, record: dict[str, Any]) -> None:
     write_json(Path(cache) / HEARTBEAT_FILE, {**record, "heartbeat": time.time()})
 
 
+def beat(
+    cache: Path,
+    figures: Mapping[str, Any],
+    rows: Iterable[Mapping[str, Any]],
+    stopped: float | None = None,
+) -> None:
+    """Write daemon.json: the daemon's own figures and how many sources are in each state
+    (`rows`: the `source` table's rows)."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.get("state", "?")] = counts.get(row.get("state", "?"), 0) + 1
+    record = {**figures, "sources": counts}
+    if stopped is not None:
+        record["stopped"] = stopped
+    write_heartbeat(cache, record)
+
+
+def write_sync(
+    cache: Path, personas: Path, results: Mapping[str, Mapping[str, Any]], unchanged: int
+) -> None:
+    """Write sync.json for the `hotplate sync` that ends now (`results`: rel -> its state)."""
+    errors = [
+        {"path": r, "error": v["error"]} for r, v in results.items() if v["state"] == "failed"
+    ]
+    write_json(
+        Path(cache) / SYNC_FILE,
+        {
+            "time": time.time(),
+            "personas": str(personas),
+            "hot": sum(v["state"] == "hot" for v in results.values()),
+            "failed": len(errors),
+            "unchanged": unchanged,
+            "errors": errors[:20],
+        },
+    )
+
+
 def _clock(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
@@ -192,54 +229,3 @@ def _describe_beat(beat: dict[str, Any], held: bool, now: float) -> list[str]:
         final = "gave up" if err.get("final") else f"attempt {err.get('attempts', '?')}"
         lines.append(f"error    {err.get('path')}: {err.get('error')} ({when} ago, {final})")
     return lines
-
-
-class Records:
-    """The daemon's heartbeat and sync records."""
-
-    def _write_sync_record(self) -> None:
-        results = self.summary.results
-        errors = [
-            {"path": r, "error": v["error"]} for r, v in results.items() if v["state"] == FAILED
-        ]
-        write_json(
-            self.cache / SYNC_FILE,
-            {
-                "time": time.time(),
-                "personas": str(self.root),
-                "hot": sum(v["state"] == HOT for v in results.values()),
-                "failed": len(errors),
-                "unchanged": self.summary.unchanged,
-                "errors": errors[:20],
-            },
-        )
-
-    # -- health -----------------------------------------------------------------------------
-
-    def heartbeat(self, stopped: float | None = None) -> None:
-        counts: dict[str, int] = {}
-        for row in load_rows(self.store, self.root).values():
-            counts[row.get("state", "?")] = counts.get(row.get("state", "?"), 0) + 1
-        record = {
-            "pid": os.getpid(),
-            "started": self.started,
-            "personas": str(self.root),
-            "cache": str(self.cache),
-            "mode": self.mode,
-            "settle": self.c.settle,
-            "workers": self.c.workers,
-            "worker_pids": [w.pid for w in self.pool.workers],
-            "queue": {
-                "running": len(self.jobs.running),
-                "waiting": len(self.jobs.waiting),
-                "settling": len(self.settler) if self.settler else 0,
-            },
-            "done": self.summary.done,
-            "failed": self.summary.failed,
-            "retried": self.retried,
-            "sources": counts,
-            "errors": list(self.errors),
-        }
-        if stopped is not None:
-            record["stopped"] = stopped
-        write_heartbeat(self.cache, record)

@@ -1,13 +1,20 @@
-"""The daemon's intake: changes -> settle -> hash -> hot already, or a job."""
+"""The daemon's intake: changes -> settle -> hash -> hot already, or a job.
+
+`on_change` applies one change to the settler, the job queue and the `source` rows;
+what only the loop can do (reconcile now, stop) comes back as a `Verdict`. `ready` takes
+a settled file: hash it (stat cache first), key it, and mark it hot or queue its job.
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cachestore.hashcache import file_digest, remember
-from cachestore.keys import FileChangedError, FileStat
-from pipeline.catalog import Source
+from cachestore.keys import FileChangedError
+from cachestore.store import Store
 from watcher.events import (
     CLOSED,
     CREATED,
@@ -22,9 +29,12 @@ from watcher.events import (
     Change,
     judge,
 )
+from watcher.jobs import JobQueue
+from watcher.keys import Keys
+from watcher.outcomes import Outcomes
 from watcher.reconcile import persona_sources, rel_of, source_at
+from watcher.settle import Settler
 from watcher.sources import (
-    FAILED,
     HOT,
     QUEUED,
     RUNNING,
@@ -37,25 +47,49 @@ from watcher.sources import (
     stat_of,
 )
 
+RESCAN = "rescan"  # events were lost: reconcile the folder now
+STOP = "stop"  # the personas folder is gone: nothing is watched any more
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the loop must do after a change (a named value, as watchfiles' outcomes)."""
+
+    action: str  # RESCAN or STOP
+    reason: str = ""
+
 
 class Intake:
-    # -- changes ------------------------------------------------------------------------
+    """Changes and settled files in; rows, jobs and verdicts out."""
 
-    def _on_change(self, ch: Change) -> None:
+    def __init__(
+        self,
+        root: Path,
+        store: Store,
+        settler: Settler,
+        jobs: JobQueue,
+        keys: Keys,
+        outcomes: Outcomes,
+        log: Any,
+    ) -> None:
+        self.root, self.store, self.settler, self.jobs = root, store, settler, jobs
+        self.keys, self.outcomes = keys, outcomes
+        self.log = log
+
+    def on_change(self, ch: Change) -> Verdict | None:
         kind = ch.kind
         if kind == IGNORED:
             self.log("ignore", ch.path, ch.reason)
         elif kind == OVERFLOW:
-            self.log("warning", msg="the kernel dropped file events (overflow); reconciling")
-            self._next_rescan = 0.0
+            return Verdict(RESCAN, "the kernel dropped file events (overflow); reconciling")
         elif kind in (CREATED, MODIFIED, CLOSED):
             if self.settler.note(ch.path, closed=kind == CLOSED):
                 wait_for = (
-                    "still" if kind == CLOSED or self.mode != "inotify" else "closed and still"
+                    "still" if kind == CLOSED or not self.settler.need_close else "closed and still"
                 )
                 self.log("settle", ch.path, f"{kind}; waiting until it is {wait_for}")
         elif kind == DELETED:
-            self._gone(ch.path, "deleted")
+            self.gone(ch.path, "deleted")
         elif kind == MOVED:
             self._moved(ch.path, ch.dest)
         elif kind == DIR_CREATED:
@@ -67,16 +101,16 @@ class Intake:
                 self._arrived_dir(ch.dest, closed=True)
             # a rename inside the tree: watchdog reports each file's move after this
         elif kind == DIR_DELETED and not ch.path:
-            self._fatal = (
+            return Verdict(
+                STOP,
                 f"the personas folder {self.root} was deleted or moved away; nothing is watched "
-                f"any more, so the watcher stops (start it again once the folder is back)"
+                f"any more, so the watcher stops (start it again once the folder is back)",
             )
-            self.log("warning", msg=self._fatal)
-            self.stop()
         elif kind == DIR_DELETED:
             self._gone_under(ch.path, "deleted")
+        return None
 
-    def _gone(self, rel: str, why: str) -> None:
+    def gone(self, rel: str, why: str) -> None:
         self.settler.forget(rel)
         job = self.jobs.remove_path(rel)
         dropped = delete_rows(self.store, [rel])
@@ -101,7 +135,7 @@ class Intake:
     def _moved(self, src: str, dest: str) -> None:
         row = self.store.read_value("source", src) if src else None
         if src:
-            self._gone(src, f"renamed to {dest}" if dest else "moved out of the folder")
+            self.gone(src, f"renamed to {dest}" if dest else "moved out of the folder")
         if not dest:
             return
         path = self.root / dest
@@ -133,7 +167,7 @@ class Intake:
 
     def _options_changed(self, rel: str) -> None:
         persona = rel.split("/", 1)[0]
-        self._recipes.pop(persona, None)
+        self.keys.forget(persona)
         try:
             sources = list(persona_sources(self.root, persona))
         except OSError:
@@ -142,9 +176,7 @@ class Intake:
             self.settler.note(rel_of(self.root, src.path), closed=True, quiet_since=0.0)
         self.log("settle", rel, f"persona options changed; rechecking {len(sources)} sources")
 
-    # -- ready: hash and queue ----------------------------------------------------------
-
-    def _ready(self, rel: str) -> None:
+    def ready(self, rel: str) -> None:
         if judge(rel).kind == "options":
             self._options_changed(rel)
             return
@@ -166,25 +198,25 @@ class Intake:
             self.log("settle", rel, "changed while it was hashed; waiting until it is still")
             return
         except FileNotFoundError:
-            self._gone(rel, "vanished before it was hashed")
+            self.gone(rel, "vanished before it was hashed")
             return
         except OSError as exc:
-            self._fail_row(rel, src, f"cannot read it ({exc.strerror}); fix its permissions")
+            self.outcomes.fail(rel, src, f"cannot read it ({exc.strerror}); fix its permissions")
             return
         if before != after:
             self.settler.note(rel)
             self.log("settle", rel, "changed while it was hashed; waiting until it is still")
             return
         try:
-            recipe = self._recipe_for(src.persona)
-            avatar = self._avatar(digest, recipe)
+            recipe = self.keys.recipe_for(src.persona)
+            avatar = self.keys.avatar(digest, recipe)
         except (ValueError, LookupError, OSError) as exc:  # bad persona.toml, missing weights
-            self._fail_row(rel, src, f"{type(exc).__name__}: {exc}", stat=after, digest=digest)
+            self.outcomes.fail(rel, src, f"{type(exc).__name__}: {exc}", stat=after, digest=digest)
             return
         if self.store.get_avatar(avatar) is not None:
             self.jobs.remove_path(rel)
             put_rows(self.store, {rel: new_row(self.root, src, after, digest, avatar, HOT)})
-            self._result(rel, src, HOT, None, "")
+            self.outcomes.result(rel, src, HOT, None, "")
             self.log("hot", rel, f"content {digest[:12]} is hot already; nothing to precompile")
             return
         job, created = self.jobs.add(avatar, digest, recipe, rel, after)
@@ -196,18 +228,3 @@ class Intake:
         else:
             first = next(iter(job.paths))
             self.log("queued", rel, f"joins job {job.id}: same content as {first}", job=job.id)
-
-    def _fail_row(
-        self, rel: str, src: Source, error: str, stat: FileStat | None = None, digest: str = ""
-    ) -> None:
-        try:
-            stat = stat or stat_of(self.root / rel)
-        except OSError:
-            return
-        row = new_row(self.root, src, stat, digest, "", FAILED)
-        row["error"] = error
-        put_rows(self.store, {rel: row})
-        self._error(rel, error, 1, final=True)
-        self._result(rel, src, FAILED, None, error)
-        self.summary.failed += 1
-        self.log("job-failed", rel, error)

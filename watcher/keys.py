@@ -4,6 +4,7 @@ keys (per content and recipe), so a scan keys each file once."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from pipeline.catalog import Source
@@ -13,9 +14,15 @@ from pipeline.precompile.recipe import Recipe
 
 
 class Keys:
-    # -- recipes and keys -------------------------------------------------------------
+    """Recipe and avatar key of each source, as `hotplate render` computes them."""
 
-    def _recipe_for(self, persona: str) -> Recipe:
+    def __init__(self, root: Path, recipe: Recipe) -> None:
+        self.root = root
+        self.recipe = recipe  # the settings' recipe
+        self._recipes: dict[str, tuple[Any, Recipe]] = {}
+        self._avatars: dict[tuple[str, Recipe], str] = {}
+
+    def recipe_for(self, persona: str) -> Recipe:
         """The settings' recipe with persona.toml's bbox_shift, as `hotplate render` uses."""
         toml = self.root / persona / "persona.toml"
         try:
@@ -27,15 +34,23 @@ class Keys:
         if cached is not None and cached[0] == key:
             return cached[1]
         options = read_options(self.root, persona) if key is not None else {}
-        recipe = self.c.recipe.for_persona(options, str(toml))
+        recipe = self.recipe.for_persona(options, str(toml))
         self._recipes[persona] = (key, recipe)
         return recipe
 
-    def _avatar(self, digest: str, recipe: Recipe) -> str:
+    def avatar(self, digest: str, recipe: Recipe) -> str:
         key = (digest, recipe)
         if key not in self._avatars:
             self._avatars[key] = plan(digest, recipe).avatar
         return self._avatars[key]
 
-    def _avatar_of(self, src: Source, digest: str) -> str:
-        return self._avatar(digest, self._recipe_for(src.persona))
+    def avatar_of(self, src: Source, digest: str) -> str:
+        return self.avatar(digest, self.recipe_for(src.persona))
+
+    def forget(self, persona: str) -> None:
+        """persona.toml changed: read it again next time."""
+        self._recipes.pop(persona, None)
+
+    def new_scan(self) -> None:
+        """Models may have changed: compute identities again, once per scan."""
+        self._avatars.clear()
