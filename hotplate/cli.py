@@ -165,26 +165,25 @@ def recipe_flags(fn):
 
 
 def recipe_from(settings: Settings, **given: object):
-    changes = {k: v for k, v in given.items() if v is not None}
-    recipe = settings.recipe.replace(**changes)
-    recipe.check()
-    return recipe
+    """The settings' recipe with the recipe flags given (checked); persona.toml and the
+    backend are applied by `effective_recipe` where the source is known."""
+    from pipeline.precompile.recipe import effective_recipe
+
+    return effective_recipe(settings.recipe, flags=given)
 
 
-def persona_recipe(settings: Settings, path: Path, recipe, given: dict):
-    """recipe with persona.toml applied when path lies in a persona's folder (as render and
-    the watcher do), unless --bbox-shift was given."""
+def persona_recipe(settings: Settings, path: Path, given: dict):
+    """`effective_recipe` for a file given by path: persona.toml applies when the file lies
+    in a persona's folder, as for render and the watcher (a --bbox-shift flag beats only
+    the persona's shift)."""
     from pipeline.catalog import recipe_for
+    from pipeline.precompile.recipe import effective_recipe
 
     root = settings.personas.resolve()
     real = path.resolve()
-    if (
-        given.get("bbox_shift") is not None
-        or not real.is_relative_to(root)
-        or len(real.relative_to(root).parts) < 2
-    ):
-        return recipe
-    return recipe_for(root, real.relative_to(root).parts[0], recipe)
+    if not real.is_relative_to(root) or len(real.relative_to(root).parts) < 2:
+        return effective_recipe(settings.recipe, flags=given)
+    return recipe_for(root, real.relative_to(root).parts[0], settings.recipe, flags=given)
 
 
 def say(line: str) -> None:
@@ -224,7 +223,7 @@ def precompile(
     from pipeline.precompile.run import precompile as run_precompile
 
     settings = settings_of(ctx)
-    recipe = recipe_from(settings, **recipe_options)
+    recipe_from(settings, **recipe_options)  # a bad flag fails before the store opens
     store = open_cache(settings)
     failed = 0
     for path in paths:
@@ -232,7 +231,7 @@ def precompile(
         try:
             report = run_precompile(
                 path,
-                persona_recipe(settings, path, recipe, recipe_options),
+                persona_recipe(settings, path, recipe_options),
                 store,
                 force=force,
                 progress=bars,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from pipeline.personas import (
     scan_persona,
 )
 from pipeline.precompile.plan import Plan, plan
-from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.recipe import Recipe, effective_recipe
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,19 @@ def plan_for(store: Store | None, path: Path, recipe: Recipe) -> Plan:
     return plan(file_digest(store, path), recipe)
 
 
-def recipe_for(root: Path, persona: str, recipe: Recipe) -> Recipe:
-    """recipe with the persona's persona.toml applied (what render and the watcher use)."""
-    return recipe.for_persona(
-        read_options(root, persona), str(Path(root) / persona / "persona.toml")
+def recipe_for(
+    root: Path,
+    persona: str,
+    recipe: Recipe,
+    backend: str = "",
+    flags: Mapping[str, object] | None = None,
+) -> Recipe:
+    """`effective_recipe` for a persona's source: reads its persona.toml (what render, the
+    watcher, the service, ls and gc use)."""
+    return effective_recipe(
+        recipe,
+        read_options(root, persona),
+        backend,
+        flags,
+        str(Path(root) / persona / "persona.toml"),
     )

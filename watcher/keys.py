@@ -10,7 +10,7 @@ from typing import Any
 from pipeline.catalog import Source
 from pipeline.personas import read_options
 from pipeline.precompile.plan import plan
-from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.recipe import Recipe, effective_recipe
 
 
 class Keys:
@@ -23,7 +23,8 @@ class Keys:
         self._avatars: dict[tuple[str, Recipe], str] = {}
 
     def recipe_for(self, persona: str) -> Recipe:
-        """The settings' recipe with persona.toml's bbox_shift, as `hotplate render` uses."""
+        """`effective_recipe` of the settings' recipe (its renderer's implied already) and
+        persona.toml, as `hotplate render` computes it; memoized on persona.toml's stat."""
         toml = self.root / persona / "persona.toml"
         try:
             st = os.stat(toml)
@@ -34,7 +35,7 @@ class Keys:
         if cached is not None and cached[0] == key:
             return cached[1]
         options = read_options(self.root, persona) if key is not None else {}
-        recipe = self.recipe.for_persona(options, str(toml))
+        recipe = effective_recipe(self.recipe, options, source=str(toml))
         self._recipes[persona] = (key, recipe)
         return recipe
 
