@@ -36,13 +36,13 @@ async def save_upload(upload: UploadFile, target_stem: Path, max_bytes: int) -> 
 def check_audio(path: Path, name: str, max_seconds: float) -> float:
     """The clip's duration in seconds; Problem 415 (not decodable audio) or 422 (empty,
     too long)."""
-    from pipeline.render.audio import AudioError, load_audio
+    from pipeline.render.audio import AudioError, AudioFormatError, load_audio
 
     sr = 16000
     try:
         samples = load_audio(path, sr)
     except AudioError as exc:
-        undecodable = "decode" in str(exc) or "no audio stream" in str(exc)
+        undecodable = isinstance(exc, AudioFormatError)
         what = "is not decodable audio" if undecodable else "holds no audio samples"
         raise Problem(
             415 if undecodable else 422,
