@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 AUDIO_FORMATS = "a WAV, MP3, M4A, FLAC or OGG file"
 
 
