@@ -155,7 +155,7 @@ def resolve(
         chosen = motion if motion is not None else sorted(loops)[0]
         return Resolved(persona, attire, chosen, inside(root, loops[chosen]), "loop", options)
     if attire in found.stills:
-        if motion is not None:
+        if motion not in (None, DEFAULT):  # "default": the motion the catalog gives a still
             raise PersonaError(
                 f"persona {persona!r} attire {attire!r} is a still; it has no motion {motion!r}"
             )

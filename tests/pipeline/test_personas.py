@@ -127,6 +127,13 @@ def test_unknown_motion_lists_motions(root):
         resolve(root, "ruby", "green", "M1")
 
 
+def test_a_still_answers_to_motion_default(root):
+    """The catalog lists a still with motion "default"; asking for it by that name works."""
+    got = resolve(root, "ruby", "green", "default")
+    assert (got.path.name, got.motion, got.rule) == ("green.webp", "default", "still")
+    assert resolve(root, "ruby", motion="default").rule == "portrait"
+
+
 # -- nothing outside the personas folder ------------------------------------------------------
 
 
