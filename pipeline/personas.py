@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
+# one list for the layout, the watcher and the decoder (media.is_still)
+IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 VIDEO_EXTS = (".mp4", ".mov", ".webm", ".mkv")
 MEDIA_EXTS = IMAGE_EXTS + VIDEO_EXTS
 PORTRAIT = "portrait"
