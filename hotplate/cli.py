@@ -9,10 +9,20 @@ from pathlib import Path
 
 import click
 
-from hotplate.cli_common import open_cache, settings_of, source_options
+from hotplate.cli_common import default_help, open_cache, settings_of, source_options
 from hotplate.output import table
-from hotplate.settings import Settings, SettingsError, load_settings
-from pipeline.precompile.recipe import CROP_RULES, DETECTORS, LANDMARKERS, MASKERS, PARSING_MODES
+from hotplate.settings import SETTINGS, Settings, SettingsError, load_settings
+from pipeline.precompile.recipe import (
+    CROP_RULES,
+    DETECTORS,
+    LANDMARKERS,
+    MASKERS,
+    PARSING_MODES,
+    Recipe,
+)
+
+RECIPE = Recipe()  # the recipe flags' defaults, for their help
+SETTING = {name: row[1]() for name, row in SETTINGS.items()}  # the settings' defaults, for help
 
 # Exceptions whose message is already one line for the user: no traceback for these.
 USER_ERRORS: tuple[type[BaseException], ...] = (
@@ -46,28 +56,29 @@ class HotplateGroup(click.Group):
 @click.option(
     "--personas",
     type=click.Path(path_type=Path),
-    help="Personas folder [env HOTPLATE_PERSONAS; default ./personas].",
+    help="Personas folder." + default_help(SETTING["personas"], env="HOTPLATE_PERSONAS"),
 )
 @click.option(
     "--cache",
     type=click.Path(path_type=Path),
-    help="Store directory [env HOTPLATE_CACHE; default ~/.cache/hotplate/store].",
+    help="Store directory." + default_help(SETTING["cache"], env="HOTPLATE_CACHE"),
 )
 @click.option(
     "--models",
     type=click.Path(path_type=Path),
-    help="Models directory for weights you provide [env HOTPLATE_MODELS].",
+    help="Models directory for weights you provide."
+    + default_help(SETTING["models"], env="HOTPLATE_MODELS"),
 )
 @click.option(
     "--config",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Settings file [default ./hotplate.toml if present].",
+    help="Settings file." + default_help("./hotplate.toml if present", env="HOTPLATE_CONFIG"),
 )
 @click.option(
     "--flight-wait",
     type=float,
-    help="Seconds to wait for another process precompiling the same avatar "
-    "[env HOTPLATE_FLIGHT_WAIT; default 900].",
+    help="Seconds to wait for another process precompiling the same avatar."
+    + default_help(SETTING["flight_wait"], env="HOTPLATE_FLIGHT_WAIT"),
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 @click.pass_context
@@ -114,49 +125,59 @@ def recipe_flags(fn):
     """Recipe options shared by precompile and render."""
     options = [
         click.option(
-            "--max-frames", type=int, help="Frames to keep from a loop (0 = all) [default 250]."
+            "--max-frames",
+            type=int,
+            help="Frames to keep from a loop (0 = all)." + default_help(RECIPE.max_frames),
         ),
         click.option(
-            "--stride", type=int, help="Keyframe stride S: detect every S-th frame [default 4]."
+            "--stride",
+            type=int,
+            help="Keyframe stride S: detect every S-th frame." + default_help(RECIPE.stride),
         ),
         click.option(
-            "--proxy", type=int, help="Longer side of the detection proxy in px [default 480]."
+            "--proxy",
+            type=int,
+            help="Longer side of the detection proxy in px." + default_help(RECIPE.proxy),
         ),
         click.option(
             "--bbox-shift",
             type=int,
-            help="Move the half-face crop's top edge down by N px [default 0].",
+            help="Move the half-face crop's top edge down by N px (persona.toml's face hint "
+            "still applies)." + default_help(f"persona.toml's, else {RECIPE.bbox_shift}"),
         ),
         click.option(
             "--detector",
             type=click.Choice(DETECTORS),
-            help="Face detector [default retinaface; s3fd with --backend musetalk].",
+            help="Face detector." + default_help(RECIPE.detector, "s3fd with --backend musetalk"),
         ),
         click.option(
             "--landmarks",
             type=click.Choice(LANDMARKERS),
-            help="Landmark model [default retinaface; dwpose with --backend musetalk; "
-            "dlib's and fan's are not for commercial use].",
+            help="Landmark model (dlib's and fan's are not for commercial use)."
+            + default_help(RECIPE.landmarks, "dwpose with --backend musetalk"),
         ),
         click.option(
             "--mask",
             type=click.Choice(MASKERS),
-            help="Blend mask source [default landmarks; bisenet with --backend musetalk].",
+            help="Blend mask source."
+            + default_help(RECIPE.mask, "bisenet with --backend musetalk"),
         ),
         click.option(
             "--parsing-mode",
             type=click.Choice(PARSING_MODES),
-            help="BiSeNet mask mode, as upstream MuseTalk [default jaw; raw for MuseTalk v1.0].",
+            help="BiSeNet mask mode, as upstream MuseTalk."
+            + default_help(RECIPE.parsing_mode, "raw for MuseTalk v1.0"),
         ),
         click.option(
             "--crop-rules",
             type=click.Choice(CROP_RULES),
-            help="Half-face box rules: hotplate's, or MuseTalk v1.5 / v1.0's "
-            "[default hotplate; the UNet's version with --backend musetalk].",
+            help="Half-face box rules: hotplate's, or MuseTalk v1.5 / v1.0's."
+            + default_help(RECIPE.crop_rules, "the UNet's version with --backend musetalk"),
         ),
         click.option(
             "--vae",
-            help="VAE directory under the models dir for latents, e.g. sd-vae-ft-mse [default none].",
+            help="VAE directory under the models dir for latents, e.g. sd-vae."
+            + default_help(RECIPE.vae or "none", "the models dir's with --backend musetalk"),
         ),
     ]
     for option in reversed(options):
@@ -270,24 +291,27 @@ def precompile(
 @click.option(
     "--backend",
     type=click.Choice(["warp", "musetalk"]),
-    help="Renderer [default warp, needs no weights].",
+    help="Renderer (warp needs no weights)."
+    + default_help(f"the settings' renderer, {SETTING['renderer']} unless set"),
 )
 @click.option(
     "--loop",
     type=click.Choice(["pingpong", "cycle"]),
-    help="Frame schedule over the stored loop [default pingpong].",
+    help="Frame schedule over the stored loop."
+    + default_help(f"persona.toml's, else the settings', {SETTING['loop']} unless set"),
 )
-@click.option("--fps", type=float, help="Output frame rate [default: the loop's].")
+@click.option("--fps", type=float, help="Output frame rate." + default_help("the loop's"))
 @click.option(
     "--no-jit", is_flag=True, help="Fail on a cold avatar instead of precompiling it now."
 )
 @click.option(
-    "--device", help="Where musetalk runs: cpu, cuda, cuda:1 [default: cuda when present]."
+    "--device",
+    help="Where musetalk runs: cpu, cuda, cuda:1." + default_help("cuda when present"),
 )
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
-    help="Frames per UNet call for musetalk [default 20, upstream's].",
+    help="Frames per UNet call for musetalk." + default_help("20, upstream's"),
 )
 @recipe_flags
 @click.pass_context

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from hotplate.cli_common import FieldDefault
 from hotplate.settings import Settings
 
 TOKEN_ENV = "HOTPLATE_TOKEN"
@@ -28,51 +29,58 @@ def is_loopback(host: str) -> bool:
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8700, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8700,
+    show_default=True,
+    help="TCP port to listen on (0: any free port).",
+)
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
+    cls=FieldDefault,
+    field="hotplate.serve.app:ServeConfig.workers",
     help="Render worker processes; each loads the models once and keeps them.",
 )
 @click.option(
     "--queue-size",
     type=click.IntRange(min=1),
-    default=16,
-    show_default=True,
+    cls=FieldDefault,
+    field="hotplate.serve.app:ServeConfig.queue_size",
     help="Jobs that may wait for a worker; beyond it requests get 429 with Retry-After.",
 )
 @click.option(
     "--token-file",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help=f"File holding the bearer token POST and DELETE need [or env {TOKEN_ENV}].",
+    help=f"File holding the bearer token POST and DELETE need  [default: env {TOKEN_ENV}]",
 )
 @click.option(
     "--max-upload-mb",
     type=click.FloatRange(min=0.001),
-    default=50.0,
-    show_default=True,
+    cls=FieldDefault,
+    field="hotplate.serve.app:ServeConfig.max_upload_bytes",
+    scale=1e-6,
     help="Largest audio upload (413 above it).",
 )
 @click.option(
     "--max-audio-seconds",
     type=click.FloatRange(min=0.1),
-    default=300.0,
-    show_default=True,
+    cls=FieldDefault,
+    field="hotplate.serve.app:ServeConfig.max_audio_seconds",
     help="Longest audio clip (422 above it).",
 )
 @click.option(
     "--retention-hours",
     type=click.FloatRange(min=0),
-    default=24.0,
-    show_default=True,
+    cls=FieldDefault,
+    field="hotplate.serve.app:ServeConfig.retention_hours",
     help="Hours a finished render's video is kept; its record stays, marked expired.",
 )
 @click.option(
     "--data",
     type=click.Path(path_type=Path, file_okay=False),
-    help="Job records (jobs.sqlite) and videos [default: <cache>-serve beside the store].",
+    help="Job records (jobs.sqlite) and videos  [default: <cache>-serve beside the store]",
 )
 @click.pass_context
 def serve(
