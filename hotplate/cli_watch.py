@@ -160,7 +160,7 @@ class SyncProgress:
             self.lines(event, path, msg, **fields)
         if self.bar is None:
             return
-        if event == "queued" and msg.startswith("job"):
+        if event == "queued" and "same_as" not in fields:  # a new job, not a file joining one
             self.bar.total += 1
             self.bar.refresh()
         elif event in ("job-done", "job-failed") and "job" in fields:

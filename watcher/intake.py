@@ -227,4 +227,10 @@ class Intake:
             self.log("queued", rel, f"job {job.id} for content {digest[:12]}", job=job.id)
         else:
             first = next(iter(job.paths))
-            self.log("queued", rel, f"joins job {job.id}: same content as {first}", job=job.id)
+            self.log(
+                "queued",
+                rel,
+                f"joins job {job.id}: same content as {first}",
+                job=job.id,
+                same_as=first,
+            )
