@@ -20,6 +20,7 @@ from pipeline.precompile.recipe import (
     PARSING_MODES,
     Recipe,
 )
+from pipeline.render.renderers import RENDERERS
 
 RECIPE = Recipe()  # the recipe flags' defaults, for their help
 SETTING = {name: row[1]() for name, row in SETTINGS.items()}  # the settings' defaults, for help
@@ -290,7 +291,7 @@ def precompile(
 )
 @click.option(
     "--backend",
-    type=click.Choice(["warp", "musetalk"]),
+    type=click.Choice(RENDERERS),
     help="Renderer (warp needs no weights)."
     + default_help(f"the settings' renderer, {SETTING['renderer']} unless set"),
 )

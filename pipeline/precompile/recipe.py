@@ -16,14 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# re-exported for hotplate/serve/app.py's new_job until it imports it from the renderers
+from pipeline.render.renderers import RENDERERS  # noqa: F401
+
 DETECTORS = ("retinaface", "dlib", "s3fd")
 LANDMARKERS = ("retinaface", "dlib", "fan", "dwpose")
 MASKERS = ("landmarks", "bisenet")
 PARSING_MODES = ("jaw", "raw", "neck")  # upstream MuseTalk's BiSeNet mask modes
 CROP_RULES = ("hotplate", "v1.5", "v1.0")  # half-face box rules: hotplate's, or MuseTalk's
-RENDERERS = ("warp", "musetalk")
 FACE_HINTS = ("auto", "largest", "central")  # or "x,y": the face nearest that point
-LOOP_MODES = ("pingpong", "cycle")
 
 
 @dataclass(frozen=True)
