@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import synthetic  # noqa: E402
+from hotplate import demo_data as synthetic  # noqa: E402
 from tests.hotplate.serve_helpers import Server, post_render  # noqa: E402
 
 SIZE = (540, 960)

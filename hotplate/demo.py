@@ -24,7 +24,7 @@ SENTENCE = "Hello, I am your presenter. This video was rendered entirely offline
 
 
 def make_persona(root: Path, frames: int) -> None:
-    from pipeline.synthetic import write_loop_video, write_still
+    from hotplate.demo_data import write_loop_video, write_still
 
     folder = root / "astro"
     folder.mkdir(parents=True, exist_ok=True)
@@ -44,7 +44,7 @@ def make_speech(path: Path, seconds: float) -> str:
         and subprocess.run([espeak, "-w", str(path), SENTENCE], capture_output=True).returncode == 0
     ):
         return "espeak-ng"
-    from pipeline.synthetic import make_speech_audio, write_wav
+    from hotplate.demo_data import make_speech_audio, write_wav
 
     write_wav(path, make_speech_audio(seconds, sr=16000), 16000)
     return "synthetic speech-like audio"

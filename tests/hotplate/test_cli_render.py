@@ -8,7 +8,7 @@ import textwrap
 import av
 import pytest
 
-from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 
 SIZE = (540, 960)
 

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.synthetic import write_wav
+from hotplate.demo_data import write_wav
 from tests.hotplate.serve_helpers import (
     Server,
     assert_problem,

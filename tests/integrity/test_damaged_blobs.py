@@ -13,9 +13,9 @@ import pytest
 from cachestore import codec
 from cachestore.store import forget_store, open_store
 from cachestore.verify import verify
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
-from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
 from tests.integrity import cli
 
 SIZE = (540, 960)

@@ -2,9 +2,9 @@ import av
 import numpy as np
 import pytest
 
+from hotplate.demo_data import write_wav
 from pipeline.render.audio import AudioError, load_audio, loudness_envelope, n_video_frames
 from pipeline.render.encode import Mp4Writer
-from pipeline.synthetic import write_wav
 from tests.pipeline.render_fixtures import speech, write_audio
 
 SR = 44100
