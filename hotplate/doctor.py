@@ -137,17 +137,17 @@ def musetalk_checks(models: Path) -> Iterator[Check]:
             "musetalk unet", True, f"{u.version} ({layout}): {u.config}, {u.weights}", fix, True
         )
     except ModelMissingError as e:
-        yield Check("musetalk unet", False, str(e).split("; copy")[0], fix, True)
+        yield Check("musetalk unet", False, e.missing, fix, True)
     try:
         yield Check("musetalk whisper", True, str(whisper_dir(models)), fix, True)
     except ModelMissingError as e:
-        yield Check("musetalk whisper", False, str(e).split("; copy")[0], fix, True)
+        yield Check("musetalk whisper", False, e.missing, fix, True)
     vae = default_vae(models)
     try:
         config, weights = vae_files(models, vae)
         yield Check("musetalk vae", True, f"{vae}: {weights}", fix, True)
     except ModelMissingError as e:
-        yield Check("musetalk vae", False, str(e).split("; copy")[0], fix, True)
+        yield Check("musetalk vae", False, e.missing, fix, True)
     resnet = models / "face-parse-bisent" / "resnet18-5c106cde.pth"
     if resnet.is_file():
         yield Check(

@@ -45,3 +45,12 @@ def test_each_backend_has_one_row_and_its_fix_one_path_per_line(tmp_path):
     paths = [line.strip().removeprefix("or ") for line in lines[vae + 2 : vae + 8]]
     assert paths[0] == str(models / "sd-vae" / "config.json")  # upstream's name first
     assert all(p.startswith(str(models)) and " " not in p for p in paths)
+
+
+def test_musetalk_rows_say_what_is_missing_and_the_fix_once(tmp_path):
+    """The error's `missing` part is the row; its fix is the fix line (not cut from text)."""
+    lines = doctor(tmp_path, tmp_path / "models").splitlines()
+    for name in ("musetalk unet", "musetalk whisper", "musetalk vae"):
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"warn  {name}:"))
+        assert "copy" not in lines[at] and "hotplate doctor" not in lines[at], lines[at]
+        assert lines[at + 1].startswith("      fix: copy upstream MuseTalk's models/ folder")
