@@ -208,6 +208,46 @@ def persona_recipe(settings: Settings, path: Path, given: dict):
     return recipe_for(root, real.relative_to(root).parts[0], settings.recipe, flags=given)
 
 
+# the recipe fields `hotplate precompile` takes as flags (see recipe_flags)
+RECIPE_FLAGS = (
+    "max_frames",
+    "stride",
+    "proxy",
+    "bbox_shift",
+    "detector",
+    "landmarks",
+    "mask",
+    "parsing_mode",
+    "crop_rules",
+    "vae",
+)
+
+
+def precompile_command(settings: Settings, path: Path, recipe) -> str:
+    """A `hotplate precompile` command line that makes `recipe`'s avatar of `path` hot when
+    pasted: the settings' folders as absolute paths, and a flag for each recipe field that
+    precompile would otherwise choose differently (a backend's implied fields, flags)."""
+    import shlex
+
+    plain = persona_recipe(settings, path, {})
+    flags = {f: getattr(recipe, f) for f in RECIPE_FLAGS if getattr(recipe, f) != getattr(plain, f)}
+    if persona_recipe(settings, path, flags).fields() != recipe.fields():
+        raise ValueError(f"no precompile flags give the recipe {recipe.fields()}")  # a bug
+    words = ["hotplate"]
+    for name, value in (
+        ("--config", settings.config_file),
+        ("--personas", settings.personas),
+        ("--cache", settings.cache),
+        ("--models", settings.models),
+    ):
+        if value is not None:
+            words += [name, str(Path(value).absolute())]
+    words += ["precompile", str(Path(path).absolute())]
+    for name, value in flags.items():
+        words += [f"--{name.replace('_', '-')}", str(value)]
+    return shlex.join(words)
+
+
 def say(line: str) -> None:
     """A note for the user on stderr (e.g. whom a precompile waits for)."""
     click.echo(line, err=True)
