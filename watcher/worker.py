@@ -19,17 +19,16 @@ returns a dict with at least "digest" (the bytes it processed).
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
 import signal
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cachestore.keys import FileChangedError, FileStat
+from watcher.process import die_with_parent, messages, one_line
 
 DEFAULT_JOB = "watcher.worker:precompile_job"
 JobFn = Callable[..., dict]
@@ -63,30 +62,6 @@ def load_job(spec: str) -> JobFn:
 
 
 # -- the process ------------------------------------------------------------------------
-
-
-def die_with_parent() -> None:
-    """Linux: get SIGKILL when the daemon dies (kill -9 included), so no orphan keeps
-    precompiling into the store. Elsewhere the closed pipe ends the worker after its job."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def messages(conn: Any) -> Iterator[Any]:
-    """Each message from the parent, until it sends None or the pipe closes."""
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
-        yield msg
 
 
 def worker_main(conn: Any, cache: str, job_spec: str, parent: int) -> None:
@@ -123,15 +98,14 @@ def run_one(job: JobFn, job_id: int, path: Path, recipe: Any, store: Any, stat: 
     except FileNotFoundError as exc:
         if not path.exists():
             return ("changed", job_id, f"{path} vanished during the job")
-        return ("error", job_id, _one_line(exc))
+        return ("error", job_id, one_line(exc))
     except Exception as exc:
-        return ("error", job_id, _one_line(exc))
+        return ("error", job_id, one_line(exc))
     if now != FileStat(**stat):
         return ("changed", job_id, f"{path} changed during the job")
     result["seconds"] = time.perf_counter() - start
     return ("ok", job_id, result)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or repr(exc)
-    return f"{type(exc).__name__}: {text}"[:500]
+# hotplate/serve/workers.py imports this name until it imports watcher.process
+_one_line = one_line
