@@ -1,14 +1,44 @@
 """What every hotplate worker process does, the watcher's (watcher/worker.py) and the
-server's (hotplate/serve/workers.py): die with its parent, read its pipe until told to
-stop, and report an exception as one line."""
+server's (hotplate/serve/workers.py).
+
+The parent `spawn`s it (never fork: LMDB and torch must be opened fresh) with one end
+of a duplex pipe. The child first calls `enter(parent)`: it dies with its parent
+(PR_SET_PDEATHSIG), leaves Ctrl-C to the parent, and returns False when the parent is
+gone already. It then reads `messages(conn)` until told to stop, and reports an
+exception as `one_line(exc)`.
+"""
 
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
+import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+
+def spawn(target: Callable[..., None], args: tuple, name: str) -> tuple[Any, Any]:
+    """(process, the parent's end of its pipe): `target(child_conn, *args, os.getpid())` in
+    a spawned daemon process; the parent's copy of the child's end is closed."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=True)
+    process = ctx.Process(target=target, args=(child, *args, os.getpid()), name=name, daemon=True)
+    process.start()
+    child.close()
+    return process, parent
+
+
+def enter(parent: int) -> bool:
+    """The first thing a worker does; False when its parent died before it could ask to die
+    with it (then the worker returns at once)."""
+    die_with_parent()
+    if os.getppid() != parent:
+        return False
+    # Ctrl-C reaches the whole process group; the parent decides what stops, not the worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return True
 
 
 def die_with_parent() -> None:

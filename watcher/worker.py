@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import importlib
 import os
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cachestore.keys import FileChangedError, FileStat
-from watcher.process import die_with_parent, messages, one_line
+from watcher.process import die_with_parent, enter, messages, one_line
 
 DEFAULT_JOB = "watcher.worker:precompile_job"
 JobFn = Callable[..., dict]
@@ -66,11 +65,8 @@ def load_job(spec: str) -> JobFn:
 
 def worker_main(conn: Any, cache: str, job_spec: str, parent: int) -> None:
     """Entry point of a spawned worker."""
-    die_with_parent()
-    if os.getppid() != parent:  # the daemon died before prctl took effect
+    if not enter(parent):
         return
-    # Ctrl-C reaches the whole process group; the daemon decides what stops, not us.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         job = load_job(job_spec)
     except Exception as exc:
@@ -107,5 +103,6 @@ def run_one(job: JobFn, job_id: int, path: Path, recipe: Any, store: Any, stat: 
     return ("ok", job_id, result)
 
 
-# hotplate/serve/workers.py imports this name until it imports watcher.process
+# hotplate/serve/workers.py imports these names from here until it imports watcher.process
 _one_line = one_line
+__all__ = ["DEFAULT_JOB", "_one_line", "die_with_parent", "messages", "worker_main"]
