@@ -281,17 +281,14 @@ def gc(
 
 
 def parse_size(text: str | None) -> int | None:
+    from cachestore.space import parse_size as size_of
+
     if text is None:
         return None
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    unit = t[-1] if t and t[-1] in units else ""
     try:
-        return int(float(t[: len(t) - len(unit)]) * units[unit])
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a size; use e.g. 500M or 20G", param_hint="--max-size"
-        ) from None
+        return size_of(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-size") from None
 
 
 @click.command()

@@ -148,10 +148,13 @@ class WorkerPool:
 
     MAX_EARLY_DEATHS = 5  # consecutive deaths before ready: the workers cannot start
 
-    def __init__(self, size: int, cache: Path, job: str = DEFAULT_JOB) -> None:
+    def __init__(
+        self, size: int, cache: Path, job: str = DEFAULT_JOB, map_size: int | None = None
+    ) -> None:
         if size < 1:
             raise ValueError(f"workers={size} must be >= 1")
         self.size, self.cache, self.job_spec = size, Path(cache), job
+        self.map_size = map_size
         self.ctx = mp.get_context("spawn")
         self.workers: list[Worker] = []
         self.early_deaths = 0
@@ -165,7 +168,7 @@ class WorkerPool:
         parent, child = self.ctx.Pipe(duplex=True)
         process = self.ctx.Process(
             target=worker_main,
-            args=(child, str(self.cache), self.job_spec, os.getpid()),
+            args=(child, str(self.cache), self.job_spec, os.getpid(), self.map_size),
             name=f"hotplate-worker-{self.started + 1}",
             daemon=True,
         )

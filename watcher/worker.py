@@ -89,7 +89,9 @@ def messages(conn: Any) -> Iterator[Any]:
         yield msg
 
 
-def worker_main(conn: Any, cache: str, job_spec: str, parent: int) -> None:
+def worker_main(
+    conn: Any, cache: str, job_spec: str, parent: int, map_size: int | None = None
+) -> None:
     """Entry point of a spawned worker."""
     die_with_parent()
     if os.getppid() != parent:  # the daemon died before prctl took effect
@@ -108,7 +110,7 @@ def worker_main(conn: Any, cache: str, job_spec: str, parent: int) -> None:
         if store is None:
             from cachestore.store import open_store
 
-            store = open_store(cache)
+            store = open_store(cache, map_size=map_size)
         conn.send(run_one(job, job_id, Path(path), recipe, store, stat))
 
 

@@ -76,12 +76,13 @@ class Service:
         self.config, s = config, config.settings
         for sub in ("uploads", "videos"):
             (config.data / sub).mkdir(parents=True, exist_ok=True)
-        self.store = open_store(s.cache)
+        self.store = open_store(s.cache, map_size=s.map_size)
         self.records = JobRecords(config.data / "jobs.sqlite")
         self.interrupted = self.records.fail_interrupted()
         worker_settings = {
             "personas": str(s.personas),
             "cache": str(s.cache),
+            "map_size": s.map_size,
             "models": s.models,
             "loop": s.loop,
         }
