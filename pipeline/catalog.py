@@ -59,3 +59,24 @@ def recipe_for(root: Path, persona: str, recipe: Recipe) -> Recipe:
     return recipe.for_persona(
         read_options(root, persona), str(Path(root) / persona / "persona.toml")
     )
+
+
+def installed_recipes(recipe: Recipe) -> list[Recipe]:
+    """The recipe of every renderer this installation renders with: the settings' own
+    (its default renderer's) and each backend's whose weights are present. gc roots a
+    source under each, so an avatar built for `--backend musetalk` is kept too."""
+    from pipeline.nets.models import ModelMissingError
+    from pipeline.precompile.recipe import RENDERERS, for_backend
+    from pipeline.render.renderers.musetalk import check_weights
+
+    found = [recipe]
+    for backend in RENDERERS:
+        if backend == "musetalk":
+            try:
+                check_weights(recipe.models_dir, recipe.vae or None)
+            except ModelMissingError:
+                continue
+        implied = for_backend(recipe, backend)
+        if implied not in found:
+            found.append(implied)
+    return found
