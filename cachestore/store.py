@@ -450,6 +450,17 @@ class Store:
                 return None
             return rec
 
+    def avatar_bytes(self, key: str) -> int | None:
+        """The bytes of every stage the avatar names, read in one snapshot; None when the
+        avatar or any stage or blob below it is missing (a gc may have removed it: a
+        listing then shows it cold rather than failing)."""
+        with self.read() as r:
+            rec = r.get("avatar", key)
+            if rec is None:
+                return None
+            stages = [r.stage(s) for s in rec["stages"].values()]
+            return None if None in stages else sum(s.nbytes for s in stages)
+
     def touch(self, key: str) -> None:
         """Record a use of an avatar (for LRU eviction and the gc grace period).
 
