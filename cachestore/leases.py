@@ -49,7 +49,7 @@ class Lease:
 
     def __init__(self, cache: str | os.PathLike, keys: Iterable[str]) -> None:
         self.folder = Path(cache) / LEASES
-        self.folder.mkdir(exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.holder = Holder.me()
         self.keys: tuple[str, ...] = ()
         self.files: list[tuple[Path, int]] = []  # (name, locked fd) per extension
