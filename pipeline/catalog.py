@@ -71,12 +71,13 @@ def installed_recipes(recipe: Recipe) -> list[Recipe]:
 
     found = [recipe]
     for backend in RENDERERS:
-        if backend == "musetalk":
-            try:
+        try:
+            if backend == "musetalk":
                 check_weights(recipe.models_dir, recipe.vae or None)
-            except ModelMissingError:
-                continue
-        implied = for_backend(recipe, backend)
+            implied = for_backend(recipe, backend)
+            plan("0" * 32, implied)  # every stage's weights are here (its keys can be known)
+        except ModelMissingError:
+            continue
         if implied not in found:
             found.append(implied)
     return found
