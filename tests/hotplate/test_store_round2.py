@@ -175,9 +175,11 @@ def test_gc_roots_avatars_of_every_renderer_whose_weights_are_present(tmp_path):
 
 
 def test_listings_read_cold_when_gc_removed_a_stage_meanwhile(tmp_path):
-    """The state a gc leaves between two reads of a listing: the avatar manifest is read,
-    a stage below it is gone. ls, the catalog and the thumbnail say cold; before, the
-    catalog and `ls` crashed on `None.nbytes` (a 500 over HTTP)."""
+    """A stage gc removed under a hot avatar reads cold in ls, the catalog and the
+    thumbnail. Before, a listing read the avatar and then each stage in transactions of
+    their own, and a gc between them gave `None.nbytes` (a 500 over HTTP); now each reads
+    one snapshot, so there is no window. The window cannot be hit on purpose from
+    outside: this pins the outcome on the state it left."""
     from cachestore.store import open_store
     from hotplate.serve.catalog import list_catalog, thumbnail
     from hotplate.serve.problems import Problem
