@@ -23,6 +23,7 @@ import fcntl
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -130,32 +131,50 @@ class TxnGate:
     that would open their first one, so a steady stream of readers cannot starve it.
     A thread already inside a transaction may open another (nested reads) without
     waiting, so the gate cannot deadlock a thread on itself.
+
+    The shared side takes no lock: each thread counts its own open transactions, and
+    a reader raises its count before it looks at the resize flag while the resizer
+    raises the flag before it looks at the counts (Dekker's order; the GIL makes each
+    step atomic and visible), so one of them always sees the other.
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._open = 0  # transactions open in this process
+        self._cond = threading.Condition(threading.Lock())
         self._resizing = False
-        self._depth = threading.local()
+        self._local = threading.local()
+        self._counts: weakref.WeakSet[_Count] = weakref.WeakSet()  # dies with its thread
+
+    def _count(self) -> _Count:
+        count = getattr(self._local, "count", None)
+        if count is None:
+            count = self._local.count = _Count()
+            with self._cond:
+                self._counts.add(count)
+        return count
 
     def enter(self) -> None:
-        depth = getattr(self._depth, "n", 0)
-        with self._cond:
-            while self._resizing and depth == 0:
-                self._cond.wait()
-            self._open += 1
-        self._depth.n = depth + 1
+        count = self._count()
+        while True:
+            count.n += 1
+            if count.n > 1 or not self._resizing:
+                return
+            count.n -= 1  # a resize is under way: step back and wait for its end
+            with self._cond:
+                self._cond.notify_all()
+                while self._resizing:
+                    self._cond.wait()
 
     def leave(self) -> None:
-        self._depth.n -= 1
-        with self._cond:
-            self._open -= 1
-            if self._open == 0:
+        count = self._local.count
+        count.n -= 1
+        if count.n == 0 and self._resizing:
+            with self._cond:
                 self._cond.notify_all()
 
     def inside(self) -> bool:
         """True when this thread has a transaction open."""
-        return getattr(self._depth, "n", 0) > 0
+        count = getattr(self._local, "count", None)
+        return count is not None and count.n > 0
 
     def exclusive(self, fn: Any) -> Any:
         """Run fn() while no transaction of this process is open; returns its result.
@@ -168,13 +187,22 @@ class TxnGate:
             while self._resizing:
                 self._cond.wait()
             self._resizing = True
-            try:
-                while self._open:
-                    self._cond.wait()
-                return fn()
-            finally:
+        try:
+            with self._cond:
+                while any(c.n for c in list(self._counts)):
+                    self._cond.wait(0.05)  # leave() notifies; the timeout is a safety net
+            return fn()
+        finally:
+            with self._cond:
                 self._resizing = False
                 self._cond.notify_all()
+
+
+class _Count:
+    __slots__ = ("n", "__weakref__")
+
+    def __init__(self) -> None:
+        self.n = 0
 
 
 class Store:
