@@ -4,7 +4,9 @@ Roots come from the caller (the avatar keys of the files now in the personas fol
 under the current recipe). The whole decision and every deletion happen in one
 write transaction, so a concurrent writer sees the store before or after gc, never
 between. A render reads in many transactions, so it leases its avatar
-(`cachestore/leases.py`): live leases are roots that even `max_size` never evicts.
+(`cachestore/leases.py`): live leases are roots that even `max_size` never evicts. A
+build in progress leases its avatar key and every stage key it will write, from its
+flight lock to its avatar manifest, so the stages it has written are roots too.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from cachestore.errors import StoreNotWritableError
-from cachestore.leases import gc_barrier, leased_keys, live_leases
+from cachestore.leases import Lease, gc_barrier, leased_keys, live_leases
 from cachestore.store import Store, pack, unpack
 
 DAY = 24 * 3600.0
@@ -141,10 +143,11 @@ def _plan(
         )
 
     named_stages = {s for k in keep_avatars for s in avatars[k][0]["stages"].values()}
+    # a build in progress leases the stage keys it writes: no avatar names them yet
     keep_stages = {
         k
         for k, (rec, _) in stages.items()
-        if k in named_stages or (max_size is None and recent(rec["created"]))
+        if k in named_stages or k in leased or (max_size is None and recent(rec["created"]))
     }
     named_blobs = {d for k in keep_stages for d in stages[k][0]["blobs"].values()}
 
@@ -188,3 +191,27 @@ def _evict_lru(keep, avatars, stages, blob_sizes, access, pins, max_size) -> set
                 if not blob_refs[d]:
                     size -= blob_sizes.get(d, 0)
     return keep
+
+
+def discard_failed(store: Store, keys: Iterable[str], own: Lease | None) -> int:
+    """Roll back the stage manifests a failed build wrote; returns how many went.
+
+    A stage another live lease names is kept (a concurrent build of another recipe may
+    share the decode or track stage it just read as a hit), and so is one an avatar
+    names. The barrier is held from listing the leases to the commit, as gc holds it,
+    so a build that leases a stage meanwhile either is seen or finds it gone and
+    rebuilds it. The blobs they named are left to gc.
+    """
+    mine = {path for path, _ in own.files} if own is not None else set()
+    with gc_barrier(store.path):
+        others = {k for info in live_leases(store.path) if info.path not in mine for k in info.keys}
+
+        def txn_fn(txn) -> int:
+            named = set()
+            with txn.cursor(db=store.dbs["avatar"]) as cur:
+                for _, value in cur:
+                    named.update(unpack(value)["stages"].values())
+            gone = [k for k in keys if k not in named and k not in others]
+            return sum(bool(txn.delete(k.encode(), db=store.dbs["stage"])) for k in gone)
+
+        return store.write(txn_fn)

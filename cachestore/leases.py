@@ -40,36 +40,75 @@ class LeaseInfo:
 
 
 class Lease:
-    """A live lease; `release()` (or leaving the `with`) ends it."""
+    """A live lease; `release()` (or leaving the `with`) ends it.
+
+    A lease may grow (`extend`): a build adds the keys it is about to write, and a render
+    the avatar it found it must render instead. Each extension is one more lease file, so
+    no file is ever rewritten while gc may be reading it.
+    """
 
     def __init__(self, cache: str | os.PathLike, keys: Iterable[str]) -> None:
-        folder = Path(cache) / LEASES
-        folder.mkdir(exist_ok=True)
-        self.keys = tuple(keys)
+        self.folder = Path(cache) / LEASES
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.holder = Holder.me()
+        self.keys: tuple[str, ...] = ()
+        self.files: list[tuple[Path, int]] = []  # (name, locked fd) per extension
+        self.extend(keys)
+
+    @property
+    def path(self) -> Path:
+        return self.files[0][0]
+
+    def extend(self, keys: Iterable[str]) -> None:
+        """Add keys to the lease; on return gc keeps them (the barrier is passed)."""
+        new = tuple(k for k in keys if k not in self.keys)
+        if self.files and not new:
+            return
         name = f"{self.holder.pid}-{next(_SERIAL)}-{os.urandom(3).hex()}.lease"
-        self.path = folder / name
-        # locked before it is visible under its name, so gc never sees it unlocked
-        tmp = folder / f".{name}.tmp"
-        self._fd: int | None = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        record = {**self.holder.record(), "keys": list(self.keys)}
-        os.write(self._fd, json.dumps(record).encode())
-        os.rename(tmp, self.path)
-        _pass_barrier(folder)
+        record = {**self.holder.record(), "keys": list(new)}
+        self.files.append((self.folder / name, _create_locked(self.folder, name, record)))
+        self.keys += new
+        _pass_barrier(self.folder)
 
     def release(self) -> None:
-        if self._fd is None:
-            return
-        self.path.unlink(missing_ok=True)
-        os.close(self._fd)
-        self._fd = None
+        for path, fd in self.files:
+            path.unlink(missing_ok=True)
+            os.close(fd)
+        self.files.clear()
 
     def __enter__(self) -> Lease:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _create_locked(folder: Path, name: str, record: dict) -> int:
+    """The lease file, locked and written before it is visible under its name: gc never
+    sees it unlocked (it would take it for a dead holder's and unlink it). An unnamed
+    O_TMPFILE is linked in once locked; where the filesystem has no O_TMPFILE, a dot-name
+    temp is renamed, and gc leaves dot-names alone (see live_leases)."""
+    data = json.dumps(record).encode()
+    try:
+        fd = os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o644)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, data)
+        # linkat(AT_SYMLINK_FOLLOW) names the open file; a dir fd makes os.link use it
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+        finally:
+            os.close(dir_fd)
+        return fd
+    tmp = folder / f".{name}.tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, data)
+    os.rename(tmp, folder / name)
+    return fd
 
 
 def _pass_barrier(folder: Path) -> None:
@@ -79,15 +118,6 @@ def _pass_barrier(folder: Path) -> None:
         fcntl.flock(fd, fcntl.LOCK_SH)
     finally:
         os.close(fd)
-
-
-def lease_unavailable(cache: str | os.PathLike) -> str | None:
-    """Why no lease can be taken on this store (None when one can): a lease is a file."""
-    folder = Path(cache) / LEASES
-    target = folder if folder.is_dir() else Path(cache)
-    if not os.access(target, os.W_OK | os.X_OK):
-        return f"{target} is not writable by this user"
-    return None
 
 
 @contextmanager
@@ -110,8 +140,8 @@ def live_leases(cache: str | os.PathLike, clean: bool = True) -> list[LeaseInfo]
         return []
     found = []
     for path in sorted(folder.iterdir()):
-        if path.name == BARRIER:
-            continue
+        if not path.name.endswith(".lease") or path.name.startswith("."):
+            continue  # the barrier, or a temp name being written (never unlinked here)
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:  # released while we listed
@@ -133,8 +163,8 @@ def live_leases(cache: str | os.PathLike, clean: bool = True) -> list[LeaseInfo]
 
 def _read(fd: int, path: Path) -> LeaseInfo | None:
     holder = Holder.read(fd)
-    if holder is None or not path.name.endswith(".lease"):
-        return None  # a temporary name: locked, being written, not yet a lease
+    if holder is None:
+        return None
     record = json.loads(os.pread(fd, 1 << 20, 0))
     return LeaseInfo(holder, tuple(record.get("keys", ())), path)
 

@@ -26,6 +26,25 @@ def free_bytes(path: str | os.PathLike) -> int:
     return st.f_bavail * st.f_frsize
 
 
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from a size such as 1048576, 64M, 8G or 20GiB (binary units); raises
+    ValueError naming the text."""
+    if isinstance(text, int):
+        return text
+    t = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1] if t and t[-1] in UNITS else ""
+    try:
+        size = int(float(t[: len(t) - len(unit)]) * UNITS[unit])
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size; use e.g. 64M, 500M or 8G") from None
+    if size <= 0:
+        raise ValueError(f"{text!r} is not a size above zero; use e.g. 64M, 500M or 8G")
+    return size
+
+
 def human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":

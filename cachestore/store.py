@@ -6,8 +6,15 @@ msgpack records. A stage's blobs and its manifest are written in one write
 transaction, so a crash leaves all of it or none; a manifest whose blobs are missing
 or damaged reads as a miss.
 
-Guarantees: process-safe (LMDB's lock file), thread-safe for reads, spawn-safe
-(open after the fork; `open_store` reopens when the pid changes). Not for NFS.
+Guarantees: process-safe (LMDB's lock file), thread-safe for reads and writes, fork-
+and spawn-safe (`open_store` in a forked child closes the inherited handle and opens its
+own). Not for NFS.
+
+Map growth: LMDB allows `set_mapsize` only while no transaction of this process is open,
+and a resize unmaps every buffer handed out before it. So every transaction passes a
+readers-writer gate (`TxnGate`): growing the map (on MapFullError) and adopting another
+process's growth (on MapResizedError) wait until this process's open transactions have
+ended, and hold new ones back meanwhile. Arrays handed out of a transaction are copies.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import fcntl
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,7 +46,7 @@ from cachestore.space import free_bytes, full_error, is_full
 
 SCHEMA = 1
 DATABASES = ("blob", "stage", "avatar", "source", "access", "meta", "hashcache", "pin")
-DEFAULT_MAP_SIZE = 8 << 30  # virtual; the file grows only as data is written
+DEFAULT_MAP_SIZE = 8 << 30  # virtual; the file grows only as data is written (`map_size`)
 MAX_READERS = 512
 # What LMDB raises when the file's pages are not what its meta pages promise.
 DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError, lmdb.IncompatibleError)
@@ -115,6 +123,88 @@ class Reader:
         return codec.decode(value, verify=verify)[1]
 
 
+class TxnGate:
+    """A readers-writer gate around one process's LMDB transactions.
+
+    Any number of threads hold it shared while a transaction is open; `exclusive(fn)`
+    runs fn (a map resize) once none is open, and from its call on holds back threads
+    that would open their first one, so a steady stream of readers cannot starve it.
+    A thread already inside a transaction may open another (nested reads) without
+    waiting, so the gate cannot deadlock a thread on itself.
+
+    The shared side takes no lock: each thread counts its own open transactions, and
+    a reader raises its count before it looks at the resize flag while the resizer
+    raises the flag before it looks at the counts (Dekker's order; the GIL makes each
+    step atomic and visible), so one of them always sees the other.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._resizing = False
+        self._local = threading.local()
+        self._counts: weakref.WeakSet[_Count] = weakref.WeakSet()  # dies with its thread
+
+    def _count(self) -> _Count:
+        count = getattr(self._local, "count", None)
+        if count is None:
+            count = self._local.count = _Count()
+            with self._cond:
+                self._counts.add(count)
+        return count
+
+    def enter(self) -> None:
+        count = self._count()
+        while True:
+            count.n += 1
+            if count.n > 1 or not self._resizing:
+                return
+            count.n -= 1  # a resize is under way: step back and wait for its end
+            with self._cond:
+                self._cond.notify_all()
+                while self._resizing:
+                    self._cond.wait()
+
+    def leave(self) -> None:
+        count = self._local.count
+        count.n -= 1
+        if count.n == 0 and self._resizing:
+            with self._cond:
+                self._cond.notify_all()
+
+    def inside(self) -> bool:
+        """True when this thread has a transaction open."""
+        count = getattr(self._local, "count", None)
+        return count is not None and count.n > 0
+
+    def exclusive(self, fn: Any) -> Any:
+        """Run fn() while no transaction of this process is open; returns its result.
+
+        Raises RuntimeError when called by a thread that has one open itself (it would
+        wait for itself)."""
+        if self.inside():
+            raise RuntimeError("the LMDB map cannot be resized inside a transaction")
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._resizing = True
+        try:
+            with self._cond:
+                while any(c.n for c in list(self._counts)):
+                    self._cond.wait(0.05)  # leave() notifies; the timeout is a safety net
+            return fn()
+        finally:
+            with self._cond:
+                self._resizing = False
+                self._cond.notify_all()
+
+
+class _Count:
+    __slots__ = ("n", "__weakref__")
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
 class Store:
     """One hotplate LMDB environment. Use `open_store` rather than this constructor."""
 
@@ -124,6 +214,7 @@ class Store:
         self.path = Path(path)
         self.readonly = readonly
         self._write_lock = threading.Lock()
+        self._gate = TxnGate()
         self._check_path()
         # LMDB's lock file needs write access; a store this user can only read is opened
         # without it (docs/DESIGN.md: then no writer may run while it is read)
@@ -222,21 +313,33 @@ class Store:
 
     # -- transactions ----------------------------------------------------------
 
+    def _begin(self, write: bool) -> lmdb.Transaction:
+        """Open a transaction with the gate held shared; adopts another process's map
+        growth on the way (MapResizedError), with no transaction of ours open."""
+        while True:
+            self._gate.enter()
+            try:
+                return self.env.begin(write=write, buffers=not write)
+            except lmdb.MapResizedError:
+                self._gate.leave()
+                self._gate.exclusive(lambda: self.env.set_mapsize(0))
+            except BaseException:
+                self._gate.leave()
+                raise
+
     @contextmanager
     def read(self) -> Iterator[Reader]:
-        """A consistent snapshot; picks up a map grown by another process."""
-        while True:
-            try:
-                txn = self.env.begin(buffers=True)
-                break
-            except lmdb.MapResizedError:
-                self.env.set_mapsize(0)  # adopt the size another process set, then try again
+        """A consistent snapshot; picks up a map grown by another process.
+
+        Arrays from the Reader are views into the map, valid only inside the `with`."""
+        txn = self._begin(write=False)
         try:
             yield Reader(self, txn)
         except (*DAMAGE, lmdb.BadTxnError) as exc:  # a read txn goes bad only on a bad page
             raise self._damaged(exc) from exc
         finally:
             txn.abort()
+            self._gate.leave()
 
     def write(self, fn: Any, nbytes: int = 0) -> Any:
         """Run fn(txn) in one write transaction; grow the map and retry when it is full.
@@ -248,12 +351,11 @@ class Store:
         with self._write_lock:
             while True:
                 try:
-                    with self.env.begin(write=True) as txn:
-                        return fn(txn)
+                    return self._write_once(fn)
                 except lmdb.MapFullError:
-                    self._grow(nbytes)
+                    self._gate.exclusive(lambda: self._grow(nbytes))
                 except lmdb.MapResizedError:
-                    self.env.set_mapsize(0)
+                    self._gate.exclusive(lambda: self.env.set_mapsize(0))
                 except DAMAGE as exc:
                     raise self._damaged(exc) from exc
                 except lmdb.Error as exc:
@@ -262,10 +364,23 @@ class Store:
                         raise full_error(self.path, nbytes) from exc
                     raise
 
+    def _write_once(self, fn: Any) -> Any:
+        txn = self._begin(write=True)
+        try:
+            result = fn(txn)
+            txn.commit()
+            return result
+        except BaseException:
+            txn.abort()
+            raise
+        finally:
+            self._gate.leave()
+
     def _grow(self, nbytes: int) -> None:
         """Double the map, but never past what the disk can hold: the map is a promise
         LMDB makes to writers, so a map larger than the disk is refused here, in one
-        line naming the space, rather than failing later inside a commit."""
+        line naming the space, rather than failing later inside a commit. Runs inside
+        the gate's `exclusive`: no transaction of this process is open."""
         size = self.env.info()["map_size"]
         data = (self.path / "data.mdb").stat().st_size
         room = data + free_bytes(self.path)
@@ -355,23 +470,6 @@ class Store:
 
         self.write(txn_fn)
 
-    def discard_stages(self, keys: list[str]) -> int:
-        """Delete these stage manifests unless an avatar names one; returns how many went.
-
-        Used to roll back a failed precompile; the blobs they named are left to gc.
-        """
-
-        def txn_fn(txn: lmdb.Transaction) -> int:
-            named = set()
-            with txn.cursor(db=self.dbs["avatar"]) as cur:
-                for _, value in cur:
-                    named.update(unpack(value)["stages"].values())
-            return sum(
-                bool(txn.delete(k.encode(), db=self.dbs["stage"])) for k in keys if k not in named
-            )
-
-        return self.write(txn_fn)
-
     def get_avatar(self, key: str) -> dict[str, Any] | None:
         """The avatar manifest, or None when it or any stage or blob below it is missing."""
         with self.read() as r:
@@ -379,6 +477,17 @@ class Store:
             if rec is None or any(r.stage(s) is None for s in rec["stages"].values()):
                 return None
             return rec
+
+    def avatar_bytes(self, key: str) -> int | None:
+        """The bytes of every stage the avatar names, read in one snapshot; None when the
+        avatar or any stage or blob below it is missing (a gc may have removed it: a
+        listing then shows it cold rather than failing)."""
+        with self.read() as r:
+            rec = r.get("avatar", key)
+            if rec is None:
+                return None
+            stages = [r.stage(s) for s in rec["stages"].values()]
+            return None if None in stages else sum(s.nbytes for s in stages)
 
     def touch(self, key: str) -> None:
         """Record a use of an avatar (for LRU eviction and the gc grace period).
@@ -419,29 +528,33 @@ _OPEN_LOCK = threading.Lock()
 
 
 def open_store(
-    path: str | os.PathLike, readonly: bool = False, map_size: int = DEFAULT_MAP_SIZE
+    path: str | os.PathLike, readonly: bool = False, map_size: int | None = None
 ) -> Store:
     """The process's one Store for this directory (LMDB forbids opening an env twice).
 
     A read-only request gets the writable Store when this process has one; a writable
-    request closes a read-only Store this process opened before.
+    request closes a read-only Store this process opened before. map_size: the initial
+    map (the `map_size` setting; default 8 GiB), used when this process first opens it.
 
-    A child created by fork must not reuse its parent's environment: the pid check
-    makes it open its own.
+    A child created by fork must not use its parent's environment: the pid check makes
+    it close the inherited handles (its own copies; the parent's stay open) and open
+    its own.
     """
     real = os.path.realpath(path)
     mine = os.getpid()
     with _OPEN_LOCK:
+        for entry, (pid, inherited) in list(_OPEN.items()):
+            if pid != mine:  # opened before a fork: release this child's copy
+                del _OPEN[entry]
+                inherited.close()
         # A writable handle serves reads too; a read-only one is replaced by a writable one.
         for ro in (False, True) if readonly else (False,):
-            pid, store = _OPEN.get((real, ro), (None, None))
-            if store is not None and pid == mine:
-                return store
-        pid, store = _OPEN.pop((real, True), (None, None))
-        if store is not None and pid == mine:
-            store.close()
-        store = Store(real, map_size=map_size, readonly=readonly)
-        _OPEN[(real, readonly)] = (os.getpid(), store)
+            if (real, ro) in _OPEN:
+                return _OPEN[(real, ro)][1]
+        if (real, True) in _OPEN:
+            _OPEN.pop((real, True))[1].close()
+        store = Store(real, map_size=map_size or DEFAULT_MAP_SIZE, readonly=readonly)
+        _OPEN[(real, readonly)] = (mine, store)
         return store
 
 

@@ -31,11 +31,11 @@ def open_cache(settings: Settings, readonly: bool = False, fallback_readonly: bo
             f"no store at {settings.cache} yet; run `hotplate precompile` or `hotplate sync` first"
         )
     try:
-        return open_store(settings.cache, readonly=readonly)
+        return open_store(settings.cache, readonly=readonly, map_size=settings.map_size)
     except StoreNotWritableError:
         if not fallback_readonly or not (settings.cache / "data.mdb").exists():
             raise
-        return open_store(settings.cache, readonly=True)
+        return open_store(settings.cache, readonly=True, map_size=settings.map_size)
 
 
 def source_options(fn):

@@ -124,6 +124,9 @@ def serve(
         retention_hours=retention_hours,
         data_dir=data,
     )
+    from hotplate.serve.jobs import claim_data_dir
+
+    claim_data_dir(config.data)  # before the port: a second server refuses in one line
     click.echo(
         f"hotplate serve: http://{host}:{port}/ ({workers} worker(s), store {settings.cache}, "
         f"jobs in {config.data})"

@@ -104,16 +104,15 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
     found = []
     for src in iter_sources(settings.personas):
         p = plan_for(store, src.path, recipe_for(settings.personas, src.persona, settings.recipe))
-        avatar = store.get_avatar(p.avatar) if store else None
-        size = sum(store.get_stage(k).nbytes for k in avatar["stages"].values()) if avatar else 0
+        size = store.avatar_bytes(p.avatar) if store else None  # None: cold (or gc'd meanwhile)
         found.append(
             {
                 "persona": src.persona,
                 "attire": src.attire,
                 "motion": src.motion,
                 "kind": src.kind,
-                "state": "hot" if avatar else "cold",
-                "bytes": size,
+                "state": "cold" if size is None else "hot",
+                "bytes": size or 0,
                 "file": str(src.path),
                 "avatar": p.avatar,
             }
@@ -248,7 +247,7 @@ def gc(
     """Delete what no persona needs: unrooted, unused, unpinned entries."""
     from cachestore.compact import compact as compact_store
     from cachestore.gc import collect
-    from pipeline.catalog import iter_sources, plan_for, recipe_for
+    from pipeline.catalog import installed_recipes, iter_sources, plan_for, recipe_for
 
     settings = settings_of(ctx)
     # a dry run writes nothing: read-only store, --pin keys only count as roots
@@ -256,13 +255,12 @@ def gc(
     for key in pin if not dry_run else ():
         store.put("pin", key, {"time": time.time()})
     roots = set(pin)
+    recipes = installed_recipes(settings.recipe)  # every renderer's whose weights are here
     for src in iter_sources(settings.personas):
         try:
-            roots.add(
-                plan_for(
-                    store, src.path, recipe_for(settings.personas, src.persona, settings.recipe)
-                ).avatar
-            )
+            for recipe in recipes:
+                persona_recipe = recipe_for(settings.personas, src.persona, recipe)
+                roots.add(plan_for(store, src.path, persona_recipe).avatar)
         except OSError as exc:  # a file vanished mid-scan: it roots nothing
             click.echo(f"skipping {src.path}: {exc}", err=True)
     hours = settings.grace_hours if grace is None else grace
@@ -281,17 +279,14 @@ def gc(
 
 
 def parse_size(text: str | None) -> int | None:
+    from cachestore.space import parse_size as size_of
+
     if text is None:
         return None
-    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    t = text.strip().upper().removesuffix("B").removesuffix("I")
-    unit = t[-1] if t and t[-1] in units else ""
     try:
-        return int(float(t[: len(t) - len(unit)]) * units[unit])
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r} is not a size; use e.g. 500M or 20G", param_hint="--max-size"
-        ) from None
+        return size_of(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-size") from None
 
 
 @click.command()

@@ -34,6 +34,7 @@ def _config(settings: Settings, **options: object):
     return Config(
         personas=settings.personas,
         cache=settings.cache,
+        map_size=settings.map_size,
         recipe=settings.recipe,
         job=os.environ.get(JOB_ENV) or DEFAULT_JOB,
         **options,

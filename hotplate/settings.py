@@ -11,7 +11,18 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from cachestore.space import parse_size
 from pipeline.precompile.recipe import Recipe, for_backend
+
+
+class Size(int):
+    """Bytes, written as 1048576, 64M or 8G (binary units)."""
+
+    def __new__(cls, value: Any) -> Size:
+        return super().__new__(cls, parse_size(value))
+
+
+Size.__name__ = "size"  # what a bad value is said not to be
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -35,6 +46,7 @@ SETTINGS: dict[str, tuple[type, Any, str]] = {
         lambda: 900.0,
         "seconds a precompile waits for another process building the same avatar",
     ),
+    "map_size": (Size, lambda: Size("8G"), "initial LMDB map size (64M, 8G); it grows by itself"),
 }
 RECIPE_FIELDS = {f.name for f in fields(Recipe)} - {"models_dir"}
 
@@ -48,6 +60,7 @@ class Settings:
     loop: str
     grace_hours: float
     flight_wait: float
+    map_size: int
     recipe: Recipe = field(default_factory=Recipe)
     config_file: Path | None = None
 

@@ -70,3 +70,25 @@ def recipe_for(
         flags,
         str(Path(root) / persona / "persona.toml"),
     )
+
+
+def installed_recipes(recipe: Recipe) -> list[Recipe]:
+    """The recipe of every renderer this installation renders with: the settings' own
+    (its default renderer's) and each backend's whose weights are present. gc roots a
+    source under each, so an avatar built for `--backend musetalk` is kept too."""
+    from pipeline.nets.models import ModelMissingError
+    from pipeline.precompile.recipe import RENDERERS, for_backend
+    from pipeline.render.renderers.musetalk import check_weights
+
+    found = [recipe]
+    for backend in RENDERERS:
+        try:
+            if backend == "musetalk":
+                check_weights(recipe.models_dir, recipe.vae or None)
+            implied = for_backend(recipe, backend)
+            plan("0" * 32, implied)  # every stage's weights are here (its keys can be known)
+        except ModelMissingError:
+            continue
+        if implied not in found:
+            found.append(implied)
+    return found

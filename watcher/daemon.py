@@ -76,6 +76,7 @@ class Config:
     stop_grace: float = 2.0  # seconds a running job may finish after SIGTERM
     job_timeout: float = 3600.0  # seconds before a job's worker is killed (0 = never)
     open_grace: float | None = None  # unclosed-but-still fallback; default max(4 settle, 2 s)
+    map_size: int | None = None  # the store's initial map (the `map_size` setting)
 
     def check(self) -> None:
         """Raise ValueError naming the setting, the value and the fix."""
@@ -109,7 +110,7 @@ class Daemon:
         self.cache = Path(config.cache)
         self.queue = ChangeQueue()
         self.jobs = JobQueue()
-        self.pool = WorkerPool(config.workers, self.cache, config.job)
+        self.pool = WorkerPool(config.workers, self.cache, config.job, config.map_size)
         self.lock = health.Lock(self.cache)
         self.summary = Summary()
         self.keys = Keys(self.root, config.recipe)
@@ -151,7 +152,7 @@ class Daemon:
             raise
         try:
             self._install_signals()
-            self.store = open_store(self.cache)
+            self.store = open_store(self.cache, map_size=c.map_size)
             # 2. observe first, so nothing written during the first scan is missed
             warning = ""
             if not c.once:

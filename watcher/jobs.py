@@ -147,10 +147,13 @@ class WorkerPool:
 
     MAX_EARLY_DEATHS = 5  # consecutive deaths before ready: the workers cannot start
 
-    def __init__(self, size: int, cache: Path, job: str = DEFAULT_JOB) -> None:
+    def __init__(
+        self, size: int, cache: Path, job: str = DEFAULT_JOB, map_size: int | None = None
+    ) -> None:
         if size < 1:
             raise ValueError(f"workers={size} must be >= 1")
         self.size, self.cache, self.job_spec = size, Path(cache), job
+        self.map_size = map_size
         self.workers: list[Worker] = []
         self.early_deaths = 0
         self.started = 0
@@ -161,7 +164,9 @@ class WorkerPool:
 
     def _spawn(self) -> Worker:
         process, parent = spawn(
-            worker_main, (str(self.cache), self.job_spec), f"hotplate-worker-{self.started + 1}"
+            worker_main,
+            (str(self.cache), self.job_spec, self.map_size),
+            f"hotplate-worker-{self.started + 1}",
         )
         self.started += 1
         worker = Worker(process, parent, pid=process.pid or 0)

@@ -20,11 +20,11 @@ from typing import Any
 
 
 def spawn(target: Callable[..., None], args: tuple, name: str) -> tuple[Any, Any]:
-    """(process, the parent's end of its pipe): `target(child_conn, *args, os.getpid())` in
+    """(process, the parent's end of its pipe): `target(child_conn, os.getpid(), *args)` in
     a spawned daemon process; the parent's copy of the child's end is closed."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=True)
-    process = ctx.Process(target=target, args=(child, *args, os.getpid()), name=name, daemon=True)
+    process = ctx.Process(target=target, args=(child, os.getpid(), *args), name=name, daemon=True)
     process.start()
     child.close()
     return process, parent

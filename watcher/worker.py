@@ -63,7 +63,9 @@ def load_job(spec: str) -> JobFn:
 # -- the process ------------------------------------------------------------------------
 
 
-def worker_main(conn: Any, cache: str, job_spec: str, parent: int) -> None:
+def worker_main(
+    conn: Any, parent: int, cache: str, job_spec: str, map_size: int | None = None
+) -> None:
     """Entry point of a spawned worker."""
     if not enter(parent):
         return
@@ -79,7 +81,7 @@ def worker_main(conn: Any, cache: str, job_spec: str, parent: int) -> None:
         if store is None:
             from cachestore.store import open_store
 
-            store = open_store(cache)
+            store = open_store(cache, map_size=map_size)
         conn.send(run_one(job, job_id, Path(path), recipe, store, stat))
 
 

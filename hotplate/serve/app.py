@@ -20,7 +20,16 @@ from fastapi.staticfiles import StaticFiles
 
 from hotplate.serve import problems
 from hotplate.serve.catalog import list_catalog, thumbnail
-from hotplate.serve.jobs import FINISHED, Job, JobQueue, JobRecords, new_id, remove, snapshot
+from hotplate.serve.jobs import (
+    FINISHED,
+    Job,
+    JobQueue,
+    JobRecords,
+    claim_data_dir,
+    new_id,
+    remove,
+    snapshot,
+)
 from hotplate.serve.metrics import render_metrics
 from hotplate.serve.problems import Problem
 from hotplate.serve.uploads import check_audio, save_upload
@@ -76,12 +85,14 @@ class Service:
         self.config, s = config, config.settings
         for sub in ("uploads", "videos"):
             (config.data / sub).mkdir(parents=True, exist_ok=True)
-        self.store = open_store(s.cache)
+        claim_data_dir(config.data)  # one server per data dir; sweeps what a dead one left
+        self.store = open_store(s.cache, map_size=s.map_size)
         self.records = JobRecords(config.data / "jobs.sqlite")
         self.interrupted = self.records.fail_interrupted()
         worker_settings = {
             "personas": str(s.personas),
             "cache": str(s.cache),
+            "map_size": s.map_size,
             "models": s.models,
             "loop": s.loop,
         }

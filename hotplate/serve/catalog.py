@@ -35,12 +35,11 @@ def list_catalog(store: Any, personas: Path, recipe: Any) -> list[dict[str, Any]
             row["why"] = f"cannot read the source: {exc}"
             rows.append(row)
             continue
-        avatar = store.get_avatar(planned.avatar)
-        if avatar is None:
+        size = store.avatar_bytes(planned.avatar)  # one snapshot: a gc meanwhile reads cold
+        if size is None:
             row["why"] = "not precompiled under the current recipe (new or changed file)"
         else:
-            row["state"] = "hot"
-            row["size"] = sum(store.get_stage(k).nbytes for k in avatar["stages"].values())
+            row["state"], row["size"] = "hot", size
             row["thumbnail"] = thumbnail_url(src.persona, src.attire, src.motion)
         rows.append(row)
     return rows
@@ -70,16 +69,18 @@ def thumbnail(
     except PersonaError as exc:
         raise Problem(404, str(exc)) from None
     planned = plan_for(store, found.path, recipe_for(personas, found.persona, recipe))
-    avatar = store.get_avatar(planned.avatar)
-    if avatar is None:
+    data = None
+    with store.read() as r:  # one snapshot: a gc meanwhile reads as cold, never half
+        avatar = r.get("avatar", planned.avatar)
+        frames = r.stage(avatar["stages"]["decode"]) if avatar is not None else None
+        if frames is not None:
+            data = np.asarray(r.array(frames.blobs[frame_name(0)])).copy()
+    if data is None:
         raise Problem(
             404,
             f"{persona}/{attire} ({found.motion}) is cold, so the store has no frames of it; "
             "POST /v1/precompile to make it hot",
         )
-    frames = store.get_stage(avatar["stages"]["decode"])
-    with store.read() as r:
-        data = np.asarray(r.array(frames.blobs[frame_name(0)])).copy()
     image = cv2.cvtColor(decode_frame(data), cv2.COLOR_RGB2BGR)
     scale = THUMB_HEIGHT / image.shape[0]
     if scale < 1:

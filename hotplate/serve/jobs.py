@@ -8,7 +8,10 @@ Outputs older than the retention period are deleted (the record stays, state exp
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import json
 import math
+import os
 import secrets
 import sqlite3
 import threading
@@ -20,6 +23,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from cachestore.atomic import temps_of
+from cachestore.flight import Holder
 from hotplate.serve.problems import Problem
 from hotplate.serve.workers import RenderWorker
 
@@ -144,9 +149,55 @@ class JobRecords:
 
 
 def remove(*paths: str | None) -> None:
+    """Delete these files and any partial copy of them a killed writer left beside them."""
     for p in paths:
         if p:
-            Path(p).unlink(missing_ok=True)
+            for path in (Path(p), *temps_of(p)):
+                path.unlink(missing_ok=True)
+
+
+LOCK_NAME = "serve.lock"
+_CLAIMED: dict[str, int] = {}  # data dir -> the fd holding its lock, for this process's life
+
+
+class DataDirBusyError(RuntimeError):
+    """Another `hotplate serve` uses this data directory."""
+
+
+def claim_data_dir(data: Path) -> None:
+    """Make this process the one server of `data` (job records, uploads, videos) for as
+    long as it lives: two servers would fail each other's live jobs and delete their
+    files. The kernel drops the lock when the process dies, kill -9 included. Then
+    removes what a dead server left there: uploads and partial videos. Raises
+    DataDirBusyError naming the other server's pid; calling it again is a no-op."""
+    data.mkdir(parents=True, exist_ok=True)
+    real = os.path.realpath(data)
+    if real in _CLAIMED:
+        return
+    fd = os.open(data / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = Holder.read(fd)
+        os.close(fd)
+        raise DataDirBusyError(
+            f"another hotplate serve ({holder or 'a process starting'}) uses {data}; "
+            f"stop it, or give this server its own --data directory"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(Holder.me().record()).encode(), 0)
+    _CLAIMED[real] = fd
+    _sweep_orphans(data)
+
+
+def _sweep_orphans(data: Path) -> None:
+    """Files no live job owns: at start every upload is a dead server's, and so is every
+    partial video (`.<id>.mp4.tmp-*`)."""
+    for path in (data / "uploads").glob("*"):
+        if path.is_file():
+            path.unlink(missing_ok=True)
+    for path in (data / "videos").glob(".*.tmp-*"):
+        path.unlink(missing_ok=True)
 
 
 @dataclass

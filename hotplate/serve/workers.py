@@ -97,7 +97,7 @@ def worker_main(conn: Any, settings: dict[str, Any], parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
     from cachestore.store import open_store
 
-    store = open_store(settings["cache"])
+    store = open_store(settings["cache"], map_size=settings.get("map_size"))
     conn.send(("ready", os.getpid()))
     for msg in messages(conn):
         job_id, kind, fields, recipe = msg

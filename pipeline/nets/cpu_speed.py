@@ -23,7 +23,9 @@ converted models and ONNX exports are kept on disk ($HOTPLATE_CPU_CACHE, else
 model pays for the conversion.
 HOTPLATE_CPU_RUNTIME=<runtime> overrides CHOSEN for every network (`eager` = today's path). Every
 choice in CHOSEN is a float32 one, so stage keys do not change: the numbers stay within
-float32 rounding of the reference.
+float32 rounding of the reference. A runtime in LOW_PRECISION (bf16) computes other
+numbers, so `key_precision` names it and the stages it runs in carry it in their keys:
+bf16 latents never land under float32 keys.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ CHOSEN: dict[str, str] = {
     "bisenet": "onnxruntime",
 }
 RUNTIME_ENV = "HOTPLATE_CPU_RUNTIME"  # one runtime for every net (e.g. eager, to compare)
+LOW_PRECISION = ("bf16",)  # runtimes whose numbers differ beyond float32 rounding
 _PACKAGE = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
 
 
@@ -67,9 +70,21 @@ def runtime_available(runtime: str) -> bool:
     return pkg is None or importlib.util.find_spec(pkg) is not None
 
 
+def runtime_for(net: str) -> str:
+    """The runtime `net` asks for: HOTPLATE_CPU_RUNTIME, else CHOSEN's, else eager."""
+    return os.environ.get(RUNTIME_ENV) or CHOSEN.get(net, "eager")
+
+
+def key_precision(net: str) -> str | None:
+    """What a stage key must record of `net`'s runtime: its name when it computes at a
+    lower precision than float32 (bf16), else None (the key stays as it always was)."""
+    runtime = runtime_for(net)
+    return runtime if runtime in LOW_PRECISION else None
+
+
 def fast_cpu_runner(module: Any, example: Sequence[Any], net: str) -> Callable[..., Any]:
     """`cpu_runner` with the runtime CHOSEN for `net`, or eager where that cannot run."""
-    runtime = os.environ.get(RUNTIME_ENV) or CHOSEN.get(net, "eager")
+    runtime = runtime_for(net)
     on_cpu = all(p.device.type == "cpu" for p in module.parameters())
     if not on_cpu or not runtime_available(runtime):
         runtime = "eager"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from cachestore.keys import avatar_key, stage_key
 from pipeline.nets.backends import backend_identity
+from pipeline.nets.cpu_speed import key_precision
 from pipeline.precompile.recipe import Recipe
 
 # stage -> (version, recipe fields it reads, upstream stage, backend kind whose identity it takes)
@@ -27,6 +28,8 @@ STAGES: dict[str, tuple[int, tuple[str, ...], str, str]] = {
     "latents": (1, (), "crops", "vae"),
 }
 BACKEND_FIELD = {"detector": "detector", "landmarks": "landmarks", "mask": "mask", "vae": "vae"}
+# (backend kind, backend) -> the network pipeline/nets/cpu_speed.py runs for it
+CPU_NETS = {("detector", "s3fd"): "s3fd", ("mask", "bisenet"): "bisenet"}
 
 
 @dataclass(frozen=True)
@@ -64,5 +67,8 @@ def plan(source_digest: str, recipe: Recipe) -> Plan:
         if kind:
             backend = getattr(recipe, BACKEND_FIELD[kind])
             model = backend_identity(kind, backend, recipe.models_dir)
+            net = "vae_encoder" if kind == "vae" and backend else CPU_NETS.get((kind, backend))
+            if net and (precision := key_precision(net)):  # bf16 numbers get keys of their own
+                params["cpu_runtime"] = precision
         keys[name] = stage_key(name, version, params, model, keys.get(upstream, source_digest))
     return Plan(source_digest, keys, avatar_key(source_digest, list(keys.values())))

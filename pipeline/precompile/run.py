@@ -21,7 +21,9 @@ import numpy as np
 
 from cachestore.errors import MissingStageError, StoreFullError, StoreNotWritableError
 from cachestore.flight import DEFAULT_WAIT, Holder, single_flight
+from cachestore.gc import discard_failed
 from cachestore.hashcache import file_digest, snapshot
+from cachestore.leases import Lease
 from cachestore.store import Store
 from pipeline.frames import FrameSource, frame_name
 from pipeline.nets.modelcache import kept
@@ -78,14 +80,18 @@ def precompile(
     progress: Progress | None = None,
     flight_wait: float = DEFAULT_WAIT,
     on_wait: Callable[[str], None] | None = None,
+    lease: Lease | None = None,
 ) -> PrecompileReport:
     """Make the avatar for `path` under `recipe` hot in `store`; returns what was done.
 
     On a miss, one process at a time builds an avatar (`cachestore/flight.py`): a second
     caller waits up to `flight_wait` seconds, tells on_wait whom it waits for, then
-    reads the hit. Raises MediaError (unreadable source), NoFaceError (no face anywhere),
-    ModelMissingError (a configured backend's weights are absent), FlightTimeoutError
-    and StoreError.
+    reads the hit. The avatar key is leased before it is checked and the stage keys
+    before the first is written, so gc keeps a build in progress; `lease` extends the
+    caller's lease (a render keeps it for the avatar it then renders), else precompile
+    holds its own until it returns. Raises MediaError (unreadable source), NoFaceError
+    (no face anywhere), ModelMissingError (a configured backend's weights are absent),
+    FlightTimeoutError and StoreError.
     """
     path = Path(path)
     progress = progress or (lambda stage, done, total: None)
@@ -94,24 +100,24 @@ def precompile(
     digest = file_digest(store, path)
     keys = plan(digest, recipe)
     report = PrecompileReport(path, digest, keys.avatar)
-    if not force and _hit(store, keys, report):
-        return report
-    if store.readonly:
-        raise StoreNotWritableError(
-            f"precompile cannot write to the store at {store.path} (opened read-only); "
-            f"run it as a user who can write there"
-        )
-    tell = on_wait or logger.info
-    with single_flight(
-        store.path, keys.avatar, flight_wait, lambda who: tell(_waiting_line(who, path))
-    ) as waited:
-        if waited and not force and _hit(store, keys, report):  # the holder just made it
+    with contextlib.ExitStack() as held:
+        if lease is None and not store.readonly:  # a read-only store has no gc to fear
+            lease = held.enter_context(Lease(store.path, []))
+        if lease is not None:
+            lease.extend([keys.avatar])
+        if not force and _hit(store, keys, report):
             return report
-        store.count("misses")
-        return _build_from_snapshot(path, recipe, store, keys, report, force, progress)
+        if store.readonly:
+            raise StoreNotWritableError(
+                f"precompile cannot write to the store at {store.path} (opened read-only); "
+                f"run it as a user who can write there"
+            )
+        return _build_in_flight(
+            path, recipe, store, keys, report, force, progress, lease, on_wait, flight_wait
+        )
 
 
-def _build_from_snapshot(
+def _build_in_flight(
     path: Path,
     recipe: Recipe,
     store: Store,
@@ -119,7 +125,20 @@ def _build_from_snapshot(
     report: PrecompileReport,
     force: bool,
     progress: Progress,
+    lease: Lease,
+    on_wait: Callable[[str], None] | None,
+    flight_wait: float,
 ) -> PrecompileReport:
+    """Build under the flight lock of the avatar key that is built: when the snapshot
+    shows the file changed since it was hashed, the lock moves to the new key (and a
+    build of that key by another process is waited for, then read as a hit)."""
+    tell = on_wait or logger.info
+
+    def fly(key: str) -> contextlib.AbstractContextManager[bool]:
+        return single_flight(
+            store.path, key, flight_wait, lambda who: tell(_waiting_line(who, path))
+        )
+
     # decode reads a private snapshot, hashed as it was copied: a file rewritten in place
     # from here on cannot put its new frames under the digest of its old bytes
     size, copied = path.stat().st_size, 0
@@ -129,22 +148,37 @@ def _build_from_snapshot(
         copied += n
         progress("snapshot", copied, size)
 
-    with snapshot(store, path, on_bytes) as (copy, snap_digest):
-        if snap_digest != keys.source_digest:  # changed since it was hashed: plan what was read
-            keys = plan(snap_digest, recipe)
-            report = PrecompileReport(path, snap_digest, keys.avatar)
-        for attempt in range(2):
-            try:
-                return _build(path, copy, recipe, store, keys, report, force, progress)
-            except MissingStageError:
-                if attempt:  # gc removed a fresh stage twice in a row: give up loudly
+    with contextlib.ExitStack() as flight:
+        flight.enter_context(fly(keys.avatar))
+        # always look again: a holder that released just before we locked made it
+        if not force and _hit(store, keys, report):
+            return report
+        lease.extend(keys.stages.values())  # gc keeps what this build writes
+        with snapshot(store, path, on_bytes) as (copy, snap_digest):
+            if (
+                snap_digest != keys.source_digest
+            ):  # changed since it was hashed: build what was read
+                keys = plan(snap_digest, recipe)
+                report = PrecompileReport(path, snap_digest, keys.avatar)
+                lease.extend([keys.avatar, *keys.stages.values()])
+                flight.close()  # the old key's lock: this build is of another key now
+                flight.enter_context(fly(keys.avatar))
+                if not force and _hit(store, keys, report):
+                    return report
+            store.count("misses")
+            for attempt in range(2):
+                try:
+                    return _build(path, copy, recipe, store, keys, report, force, progress)
+                except MissingStageError:
+                    if attempt:  # a stage vanished twice in a row: give up loudly
+                        raise
+                    report.stages.clear()
+                except BaseException:
+                    # a failed precompile leaves no manifest of its own behind (a kill -9
+                    # may: each is whole), and none that another build has leased
+                    with contextlib.suppress(StoreFullError):  # on a full disk: left to gc
+                        discard_failed(store, [s.key for s in report.stages if not s.hit], lease)
                     raise
-                report.stages.clear()
-            except BaseException:
-                # a failed precompile leaves no manifest behind (a kill -9 may: each is whole)
-                with contextlib.suppress(StoreFullError):  # on a full disk they stay, whole, for gc
-                    store.discard_stages([s.key for s in report.stages if not s.hit])
-                raise
     raise AssertionError("unreachable")
 
 

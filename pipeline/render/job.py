@@ -3,8 +3,9 @@ HTTP service share.
 
 Steps: 1. resolve the names and check everything that costs no work (audio, output
 path, weights); 2. lease the avatar, then hot, or precompile just in time (one process
-at a time per avatar); 3. render from the store alone, under the lease, so a concurrent
-gc cannot take the avatar away mid-render. Front ends only turn their own input into a
+at a time per avatar; the lease grows to the avatar precompile builds, when the file
+changed since it was planned); 3. render from the store alone, under the lease, so a
+concurrent gc cannot take the avatar away mid-render. Front ends only turn their own input into a
 `LipSyncRequest` and report the outcome.
 """
 
@@ -103,7 +104,7 @@ def lip_sync(
 
     # 2. lease the avatar (gc keeps it from here on), then hot or just in time
     planned = plan_for(store, found.path, recipe)
-    with lease_avatar(store, planned.avatar):
+    with lease_avatar(store, planned.avatar) as lease:
         avatar, jit, jit_seconds = planned.avatar, False, 0.0
         if (why := why_not_hot(store, planned.avatar)) is not None:
             if request.no_jit or store.readonly:
@@ -121,6 +122,7 @@ def lip_sync(
                 progress=lambda stage, done, total: progress(f"jit {stage}", done, total),
                 flight_wait=flight_wait,
                 on_wait=on_wait,
+                lease=lease,  # a changed file's new avatar is leased before it is built
             )
             avatar, jit, jit_seconds = report.avatar, True, time.perf_counter() - jit_start
         elif not store.readonly:

@@ -1,5 +1,6 @@
 import os
 import stat
+import subprocess
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from cachestore.keys import FileChangedError, avatar_key, hash_file, stage_key
 from cachestore.stats import store_stats
 from cachestore.store import Store, forget_store, open_store
 from cachestore.verify import verify
+from tests.preconditions import require
 
 
 @pytest.fixture
@@ -83,13 +85,20 @@ def test_truncated_or_foreign_file_is_refused_not_recreated(tmp_path):
     assert (junk / "data.mdb").stat().st_size == 64 * 1024
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
 def test_unwritable_cache_refused(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()
-    ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
-    with pytest.raises(StoreNotWritableError, match="not writable"):
-        Store(ro / "store")
+    if os.geteuid() == 0:  # root ignores directory modes, but not a read-only filesystem
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)])
+        require(done.returncode == 0, "root cannot mount a read-only tmpfs here")
+    else:
+        ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        with pytest.raises(StoreNotWritableError, match="not writable"):
+            Store(ro / "store")
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", "-l", str(ro)])
 
 
 def test_unwritable_cache_refused_on_readonly_fs(tmp_path):

@@ -23,6 +23,7 @@ from tests.hotplate.many_processes import (
     make_world,
     render_args,
 )
+from tests.preconditions import require
 
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
@@ -48,8 +49,9 @@ def grant_search(paths: list[Path]) -> dict[Path, int]:
 @pytest.fixture(scope="module")
 def nobody():
     """(python, env) that run this worktree's hotplate as nobody, or a skip saying why."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run commands as nobody")
+    require(
+        os.geteuid() == 0 and shutil.which("setpriv"), "needs root and setpriv to run as nobody"
+    )
     # The venv's interpreter may live where nobody cannot go (e.g. under /root); then use
     # a system Python of the same version with the venv's packages on the path.
     env = clean_env(Path("/tmp"))
@@ -62,7 +64,7 @@ def nobody():
             if Path(python).exists() and nobody_can_run(python, env):
                 yield python, env
                 return
-        pytest.skip(f"nobody cannot run a {version} that imports {ROOT} and the venv's packages")
+        require(False, f"nobody cannot run a {version} that imports {ROOT} and the venv's packages")
     finally:
         for folder, mode in changed.items():
             folder.chmod(mode)

@@ -7,18 +7,17 @@ import shutil
 import pytest
 
 from tests.hotplate.serve_helpers import Server, make_world, speech, wait_state
+from tests.preconditions import require
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 AUDIO_SECONDS = 2.0
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (just setup installs it)"),
-]
+pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    require(CHROMIUM, "needs Debian's chromium (just setup installs it)")
     root = make_world(tmp_path_factory.mktemp("browser"), attires=("studio", "navy"))
     with Server(root, "--workers", "1") as srv:
         with srv.client() as c:  # one attire hot ahead of time: the gallery shows its frame 0

@@ -14,6 +14,7 @@ import pytest
 
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from tests.integrity import cli
+from tests.preconditions import require
 
 SIZE = (540, 960)
 DISK_MB = 40
@@ -29,8 +30,7 @@ def disk(tmp_path):
         capture_output=True,
         text=True,
     )
-    if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}); run as root")
+    require(done.returncode == 0, f"cannot mount a tmpfs here ({done.stderr.strip()}); run as root")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=True)
 

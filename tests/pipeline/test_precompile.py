@@ -205,3 +205,31 @@ def test_ten_minute_video_memory_is_bounded(tmp_path):
     assert frames == 250
     assert grown_kib < 600 * 1024, f"peak RSS grew {grown_kib} KiB"
     assert peak_kib < 2 * 1024 * 1024, f"peak RSS {peak_kib} KiB"
+
+
+def test_the_lock_taken_without_waiting_still_reads_a_hit_made_meanwhile(store, loop):
+    """The window between precompile's first look and its lock: another process made the
+    avatar and released the lock in between, so the lock is taken without waiting. The
+    look under the lock must find the hit (before, it looked again only after a wait,
+    and built the avatar a second time)."""
+    from cachestore.leases import Lease
+    from pipeline.precompile.run import PrecompileReport, _build_in_flight
+
+    made = precompile(loop, Recipe(), store)  # "the other process", done and released
+    misses = store_stats(store).counters.get("misses", 0)
+    keys = plan_for(store, loop, Recipe())
+    with Lease(store.path, [keys.avatar]) as lease:
+        report = _build_in_flight(
+            loop,
+            Recipe(),
+            store,
+            keys,
+            PrecompileReport(loop, keys.source_digest, keys.avatar),
+            False,
+            lambda *a: None,
+            lease,
+            None,
+            10.0,
+        )
+    assert report.hit and report.avatar == made.avatar
+    assert store_stats(store).counters.get("misses", 0) == misses  # nothing built again

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import xxhash
 
+from tests.preconditions import require
 from tests.watcher.helpers import TEST_JOB, ThreadDaemon, source_table, wait_for
 from tests.watcher.testjobs import read_joblog
 from watcher.events import OVERFLOW, Change
@@ -85,8 +86,7 @@ def rsync_tree(src: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("inplace", [False, True], ids=["rsync", "rsync-inplace"])
 def test_rsync_of_several_personas(personas, cache, joblog, tmp_path, inplace):
-    if shutil.which("rsync") is None:
-        pytest.skip("rsync is not installed (`just setup` installs it with apt-get)")
+    require(shutil.which("rsync"), "rsync is not installed (`just setup` installs it with apt-get)")
     files = rsync_tree(tmp_path / "src")
     with daemon(personas, cache) as d:
         args = [
