@@ -374,11 +374,11 @@ def render(
 ) -> None:
     """Render a lip-synced MP4 from hot assets; a cold avatar is precompiled first."""
     from hotplate.progress import StageBars
-    from pipeline.render.job import LipSyncRequest, lip_sync
+    from pipeline.render.job import LipSyncRequest, NotHotError, lip_sync
 
     settings = settings_of(ctx)
     backend = backend or settings.renderer
-    recipe = recipe_from(settings, **recipe_options)
+    recipe_from(settings, **recipe_options)  # a bad flag fails before the store opens
     request = LipSyncRequest(
         persona=persona,
         attire=attire,
@@ -390,24 +390,27 @@ def render(
         loop=loop,
         fps=fps,
         no_jit=no_jit,
-        keep_bbox_shift=recipe_options.get("bbox_shift") is not None,
         device=device,
         batch_size=batch_size,
-        explicit=frozenset(k for k, v in recipe_options.items() if v is not None),
+        flags=recipe_options,
     )
     bars = StageBars()
     try:
         outcome = lip_sync(
             open_cache(settings, fallback_readonly=True),
             settings.personas,
-            recipe,
+            settings.recipe,
             request,
-            models_dir=settings.models,
             default_loop=settings.loop,
             progress=bars,
             flight_wait=settings.flight_wait,
             on_wait=say,
         )
+    except NotHotError as exc:  # the fix, as a command that works when pasted
+        where = " as a user who can write the store" if exc.readonly else ""
+        again = "" if exc.readonly else ", or drop --no-jit"
+        command = precompile_command(settings, exc.source, exc.recipe)
+        raise LookupError(f"{exc.what}; make it hot{where} with `{command}`{again}") from None
     finally:
         bars.close()
     result = outcome.render

@@ -77,15 +77,15 @@ def installed_recipes(recipe: Recipe) -> list[Recipe]:
     (its default renderer's) and each backend's whose weights are present. gc roots a
     source under each, so an avatar built for `--backend musetalk` is kept too."""
     from pipeline.nets.models import ModelMissingError
-    from pipeline.precompile.recipe import RENDERERS, for_backend
+    from pipeline.render.renderers import RENDERERS
     from pipeline.render.renderers.musetalk import check_weights
 
     found = [recipe]
     for backend in RENDERERS:
         try:
-            if backend == "musetalk":
-                check_weights(recipe.models_dir, recipe.vae or None)
-            implied = for_backend(recipe, backend)
+            implied = effective_recipe(recipe, backend=backend)
+            if backend == "musetalk":  # the VAE the backend implies, not the settings' ""
+                check_weights(implied.models_dir, implied.vae or None)
             plan("0" * 32, implied)  # every stage's weights are here (its keys can be known)
         except ModelMissingError:
             continue

@@ -59,14 +59,12 @@ class Throttle:
 
 def run_job(store: Any, settings: dict[str, Any], kind: str, fields: dict, recipe: Any, progress):
     """One job's result dict; raises what lip_sync or precompile raise."""
-    personas, models = Path(settings["personas"]), settings["models"]
+    personas = Path(settings["personas"])
     if kind == "render":
         from pipeline.render.job import LipSyncRequest, lip_sync
 
         request = LipSyncRequest(**fields)
-        outcome = lip_sync(
-            store, personas, recipe, request, models, settings["loop"], progress=progress
-        )
+        outcome = lip_sync(store, personas, recipe, request, settings["loop"], progress=progress)
         return {
             "avatar": outcome.avatar,
             "jit": outcome.jit,

@@ -26,6 +26,7 @@ from cachestore.hashcache import file_digest, snapshot
 from cachestore.leases import Lease
 from cachestore.store import Store
 from pipeline.frames import FrameSource, frame_name
+from pipeline.hot import hot_check
 from pipeline.nets.modelcache import kept
 from pipeline.parallel import ordered_map
 from pipeline.precompile.plan import Plan, plan
@@ -187,11 +188,9 @@ def _waiting_line(holder: Holder | None, path: Path) -> str:
 
 
 def _hit(store: Store, keys: Plan, report: PrecompileReport) -> bool:
-    """True when the avatar is in the store and whole. The hit path's integrity check reads
-    every blob the avatar names, checksums included (bench/bench_integrity.py: ~1% of a
-    render's reads); a damaged stage is named in report.damaged and rebuilt by the caller."""
-    avatar = store.read_value("avatar", keys.avatar)
-    report.damaged = store.damaged_stages(keys.stages) if avatar is not None else []
+    """True when the avatar is hot (`pipeline.hot.hot_check`, render's definition too); a
+    damaged stage is named in report.damaged and rebuilt by the caller."""
+    avatar, report.damaged = hot_check(store, keys.avatar)
     if avatar is None or report.damaged:
         return False
     records = {n: store.get_stage(k) for n, k in keys.stages.items()}

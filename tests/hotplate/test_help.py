@@ -16,12 +16,8 @@ from hotplate.cli import cli
 REPO = Path(__file__).resolve().parents[2]
 
 
-# cli_store.py's help texts join this style once issue 15's work on that file is merged
-NOT_YET = {"gc", "resolve"}
-
-
 def commands() -> list[tuple[str, click.Command]]:
-    return [("", cli), *sorted((n, c) for n, c in cli.commands.items() if n not in NOT_YET)]
+    return [("", cli), *sorted(cli.commands.items())]
 
 
 def help_of(name: str, command: click.Command) -> str:

@@ -92,7 +92,7 @@ def through_lip_sync(world: Path, cache: Path, backend: str, monkeypatch) -> Non
         device="cpu",
     )
     store = open_store(cache)  # the process's one handle: not closed (see open_store)
-    lip_sync(store, settings.personas, settings.recipe, request, models_dir=settings.models)
+    lip_sync(store, settings.personas, settings.recipe, request)
 
 
 @pytest.mark.parametrize("backend", ["warp", "musetalk"])

@@ -94,7 +94,8 @@ def test_flipped_masks_byte_fails_no_jit_in_one_line_then_render_rebuilds(world)
     assert refused.returncode == 1
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: avatar "), refused.stderr
-    assert "damaged" in lines[0] and "masks" in lines[0] and "hotplate precompile" in lines[0]
+    assert "damaged" in lines[0] and "masks" in lines[0] and "`hotplate --" in lines[0]
+    assert " precompile " in lines[0]
 
     fixed = render(world, world / "fixed.mp4")
     assert fixed.returncode == 0, fixed.stderr
