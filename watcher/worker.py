@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cachestore.keys import FileChangedError, FileStat
-from watcher.process import die_with_parent, enter, messages, one_line
+from watcher.process import enter, messages, one_line
 
 DEFAULT_JOB = "watcher.worker:precompile_job"
 JobFn = Callable[..., dict]
@@ -103,8 +103,3 @@ def run_one(job: JobFn, job_id: int, path: Path, recipe: Any, store: Any, stat: 
         return ("changed", job_id, f"{path} changed during the job")
     result["seconds"] = time.perf_counter() - start
     return ("ok", job_id, result)
-
-
-# hotplate/serve/workers.py imports these names from here until it imports watcher.process
-_one_line = one_line
-__all__ = ["DEFAULT_JOB", "_one_line", "die_with_parent", "messages", "worker_main"]
