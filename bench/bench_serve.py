@@ -51,8 +51,8 @@ def make_hot_avatar(root: Path) -> Path:
 def in_process(root: Path, clip: Path, repeats: int) -> list[float]:
     """Seconds per lip_sync() call in this process, after one warm-up call."""
     from cachestore.store import forget_store, open_store
+    from pipeline.lip_sync import LipSyncRequest, lip_sync
     from pipeline.precompile.recipe import Recipe
-    from pipeline.render.job import LipSyncRequest, lip_sync
 
     store = open_store(root / "cache")
     request = LipSyncRequest("astro", "studio", clip, root / "in-process.mp4")

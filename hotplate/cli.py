@@ -374,7 +374,7 @@ def render(
 ) -> None:
     """Render a lip-synced MP4 from hot assets; a cold avatar is precompiled first."""
     from hotplate.progress import StageBars
-    from pipeline.render.job import LipSyncRequest, NotHotError, lip_sync
+    from pipeline.lip_sync import LipSyncRequest, NotHotError, lip_sync
 
     settings = settings_of(ctx)
     backend = backend or settings.renderer

@@ -9,7 +9,7 @@ in pipeline/nets/modelcache.py for as long as they live. One job at a time, on a
                        ("progress", job_id, step, done, total) ...
                        ("ok", job_id, result) | ("error", job_id, http_status, one_line)
 
-kind "render" runs pipeline.render.job.lip_sync (the entry point `hotplate render`
+kind "render" runs pipeline.lip_sync.lip_sync (the entry point `hotplate render`
 uses); kind "precompile" runs pipeline.precompile.run.precompile on the resolved source.
 Cancelling a running job kills its worker; the pool starts another.
 """
@@ -59,7 +59,7 @@ def run_job(store: Any, settings: dict[str, Any], kind: str, fields: dict, recip
     """One job's result dict; raises what lip_sync or precompile raise."""
     personas = Path(settings["personas"])
     if kind == "render":
-        from pipeline.render.job import LipSyncRequest, lip_sync
+        from pipeline.lip_sync import LipSyncRequest, lip_sync
 
         request = LipSyncRequest(**fields)
         outcome = lip_sync(store, personas, recipe, request, settings["loop"], progress=progress)

@@ -76,7 +76,7 @@ def avatars(cache: Path) -> set[str]:
 def through_lip_sync(world: Path, cache: Path, backend: str, monkeypatch) -> None:
     from cachestore.store import open_store
     from hotplate.settings import load_settings
-    from pipeline.render.job import LipSyncRequest, lip_sync
+    from pipeline.lip_sync import LipSyncRequest, lip_sync
 
     for name, value in env_of(world).items():
         if name.startswith("HOTPLATE_"):
