@@ -313,8 +313,8 @@ def verify(ctx: click.Context, as_json: bool, repair: bool) -> None:
     settings = settings_of(ctx)
     store = open_cache(settings, readonly=not repair)
     if repair:
-        from pipeline.repair import REBUILT
-        from pipeline.repair import repair as repair_store
+        from pipeline.precompile.repair import REBUILT
+        from pipeline.precompile.repair import repair as repair_store
 
         for result in repair_store(store, settings.models):
             if not as_json:
