@@ -124,7 +124,7 @@ def serve(
         retention_hours=retention_hours,
         data_dir=data,
     )
-    from hotplate.serve.jobs import claim_data_dir
+    from hotplate.serve.records import claim_data_dir
 
     claim_data_dir(config.data)  # before the port: a second server refuses in one line
     click.echo(
