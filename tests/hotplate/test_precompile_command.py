@@ -53,3 +53,26 @@ def test_the_command_carries_the_folders_and_every_field_precompile_would_miss(
     again = recipe_for(settings.personas, "ruby", settings.recipe, flags=given)
     assert again.fields() == wanted.fields() and again.face == "central"
     assert CliRunner().invoke(cli, words[1:7] + ["precompile", "--help"]).exit_code == 0
+
+
+def test_a_bbox_shift_flag_keeps_the_persona_face_hint(tmp_path):
+    """`precompile --bbox-shift` used to skip persona.toml whole: its face hint was lost
+    and the CLI keyed another avatar than the watcher."""
+    import os
+    import subprocess
+    import sys
+
+    from cachestore.store import open_store
+    from hotplate.demo_data import write_still
+
+    folder = tmp_path / "personas" / "ruby"
+    folder.mkdir(parents=True)
+    write_still(folder / "portrait.png", size=(270, 480))
+    (folder / "persona.toml").write_text('face = "central"\nbbox_shift = 4\n')
+    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(tmp_path / "personas")]
+    cmd += ["--cache", str(tmp_path / "cache"), "precompile", str(folder / "portrait.png")]
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    result = subprocess.run([*cmd, "--bbox-shift", "2"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    ((_, manifest),) = open_store(tmp_path / "cache", readonly=True).items("avatar")
+    assert (manifest["recipe"]["face"], manifest["recipe"]["bbox_shift"]) == ("central", 2)
