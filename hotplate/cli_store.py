@@ -54,6 +54,7 @@ def resolve(
 ) -> None:
     """Print the source file, its digest, the recipe, the avatar key and whether it is hot."""
     from pipeline.catalog import plan_for
+    from pipeline.hot import hot_check
     from pipeline.personas import resolve as resolve_source
     from pipeline.precompile.recipe import describe, effective_recipe
 
@@ -65,8 +66,12 @@ def resolve(
         settings.recipe, found.options, backend or settings.renderer, source=source
     )
     p = plan_for(store, found.path, recipe)
-    hot = store is not None and store.get_avatar(p.avatar) is not None
+    # hot as render and precompile decide it (pipeline.hot.hot_check): whole, not only there
+    manifest, damaged = hot_check(store, p.avatar) if store is not None else (None, [])
+    hot = manifest is not None and not damaged
     why = None if hot or store is None else why_cold(store, p)
+    if damaged:
+        why = f"stages {', '.join(damaged)} are damaged in the store; a render or precompile rebuilds them"
     if as_json:
         echo_json(
             {

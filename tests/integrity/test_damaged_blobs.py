@@ -89,6 +89,8 @@ def frames_of(path):
 
 def test_flipped_masks_byte_fails_no_jit_in_one_line_then_render_rebuilds(world):
     damage(world / "cache", "masks", "masks")
+    resolved = hotplate(world, "resolve", "--persona", "astro", "--attire", "studio")
+    assert "cold" in resolved.stdout and "masks are damaged" in resolved.stdout, resolved.stdout
 
     refused = render(world, world / "nojit.mp4", "--no-jit")
     assert refused.returncode == 1
