@@ -82,6 +82,7 @@ def lip_sync(
     progress: Progress | None = None,
     flight_wait: float = DEFAULT_WAIT,
     on_wait: Callable[[str], None] | None = None,
+    on_jit: Callable[[], None] | None = None,
 ) -> LipSyncOutcome:
     """Render `request` from hot assets, precompiling its avatar first when it is cold.
 
@@ -128,6 +129,8 @@ def lip_sync(
                     recipe,
                     store.readonly,
                 )
+            if on_jit is not None:  # a typed signal: front ends need not parse step names
+                on_jit()
             jit_start = time.perf_counter()
             report = precompile(
                 found.path,

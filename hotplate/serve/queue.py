@@ -172,12 +172,13 @@ class JobQueue:
                     job, "failed", error=f"the render worker died (exit code {code})", status=500
                 )
                 return
-            if msg[0] == "progress":
+            if msg[0] == "jit":
+                job.jit = True
+                await self._notify()
+            elif msg[0] == "progress":
                 job.step, job.done, job.total = msg[2], msg[3], msg[4]
-                if msg[2] == "render" and job.jit is None:
+                if msg[2] == "render" and job.jit is None:  # rendering with no "jit" first
                     job.jit = False
-                elif msg[2].startswith("jit"):
-                    job.jit = True
                 await self._notify()
             elif msg[0] == "ok":
                 await self._finish(job, "done", result=msg[2])

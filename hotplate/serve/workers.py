@@ -7,6 +7,7 @@ in pipeline/nets/modelcache.py for as long as they live. One job at a time, on a
     server -> worker   (job_id, kind, fields, recipe)   or None to exit
     worker -> server   ("ready", pid) once, then per job
                        ("progress", job_id, step, done, total) ...
+                       ("jit", job_id) once, when the avatar is cold and is built first
                        ("ok", job_id, result) | ("error", job_id, http_status, one_line)
 
 kind "render" runs pipeline.lip_sync.lip_sync (the entry point `hotplate render`
@@ -54,15 +55,29 @@ class Throttle:
             self.last = (step, percent)
             self.conn.send(("progress", self.job_id, step, done, total))
 
+    def jit(self) -> None:
+        """The avatar is cold: the job precompiles it before it renders."""
+        self.conn.send(("jit", self.job_id))
 
-def run_job(store: Any, settings: dict[str, Any], kind: str, fields: dict, recipe: Any, progress):
+
+def run_job(
+    store: Any, settings: dict[str, Any], kind: str, fields: dict, recipe: Any, progress: Throttle
+):
     """One job's result dict; raises what lip_sync or precompile raise."""
     personas = Path(settings["personas"])
     if kind == "render":
         from pipeline.lip_sync import LipSyncRequest, lip_sync
 
         request = LipSyncRequest(**fields)
-        outcome = lip_sync(store, personas, recipe, request, settings["loop"], progress=progress)
+        outcome = lip_sync(
+            store,
+            personas,
+            recipe,
+            request,
+            settings["loop"],
+            progress=progress,
+            on_jit=progress.jit,
+        )
         return {
             "avatar": outcome.avatar,
             "jit": outcome.jit,
