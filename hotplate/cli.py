@@ -9,7 +9,13 @@ from pathlib import Path
 
 import click
 
-from hotplate.cli_common import default_help, open_cache, settings_of, source_options
+from hotplate.cli_common import (
+    FieldDefault,
+    default_help,
+    open_cache,
+    settings_of,
+    source_options,
+)
 from hotplate.output import table
 from hotplate.settings import SETTINGS, Settings, SettingsError, load_settings
 from pipeline.precompile.recipe import (
@@ -352,7 +358,9 @@ def precompile(
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
-    help="Frames per UNet call for musetalk." + default_help("20, upstream's"),
+    cls=FieldDefault,
+    field="pipeline.render.renderers.musetalk:BATCH_SIZE",
+    help="Frames per UNet call for musetalk (upstream's default).",
 )
 @recipe_flags
 @click.pass_context

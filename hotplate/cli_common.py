@@ -64,9 +64,12 @@ def source_options(fn):
 
 
 def field_default(ref: str) -> Any:
-    """The default of a dataclass field named "module:Class.field"."""
+    """The default of a dataclass field named "module:Class.field", or the value of a
+    module's constant named "module:NAME"."""
     module, _, name = ref.partition(":")
     cls_name, _, field_name = name.partition(".")
+    if not field_name:
+        return getattr(importlib.import_module(module), cls_name)
     cls = getattr(importlib.import_module(module), cls_name)
     field = next(f for f in dataclasses.fields(cls) if f.name == field_name)
     if field.default is dataclasses.MISSING:
@@ -75,9 +78,10 @@ def field_default(ref: str) -> Any:
 
 
 class FieldDefault(click.Option):
-    """An option whose default is a dataclass field's (`field="module:Class.field"`, times
-    `scale` for a unit change), so the CLI never restates it. The module is imported only
-    when this command's help or parsing needs the value, so other commands start fast."""
+    """An option whose default is a dataclass field's (`field="module:Class.field"`) or a
+    module constant's (`field="module:NAME"`), times `scale` for a unit change, so the CLI
+    never restates it. The module is imported only when this command's help or parsing
+    needs the value, so other commands start fast."""
 
     def __init__(self, *args: Any, field: str, scale: float = 1.0, **kwargs: Any) -> None:
         kwargs.setdefault("show_default", True)

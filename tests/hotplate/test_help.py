@@ -55,6 +55,11 @@ def test_serve_and_watch_defaults_are_the_dataclasses_own():
     with click.Context(cli.commands["watch"]) as ctx:
         for name in ("settle", "rescan", "workers", "retries", "backoff", "job_timeout"):
             assert watch[name].get_default(ctx) == getattr(Config, name), name
+    from pipeline.render.renderers.musetalk import BATCH_SIZE
+
+    render = {p.name: p for p in cli.commands["render"].params}
+    with click.Context(cli.commands["render"]) as ctx:
+        assert render["batch_size"].get_default(ctx) == BATCH_SIZE
     text = " ".join(help_of("watch", cli.commands["watch"]).split())
     assert f"[default: {Config.settle};" in text and f"[default: {Config.job_timeout};" in text
 
