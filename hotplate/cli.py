@@ -192,15 +192,15 @@ def recipe_flags(fn):
     return fn
 
 
-def recipe_from(settings: Settings, **given: object):
-    """The settings' recipe with the recipe flags given (checked); persona.toml and the
-    backend are applied by `effective_recipe` where the source is known."""
+def check_recipe_flags(settings: Settings, **given: object) -> Recipe:
+    """Raise ValueError for a bad recipe flag before any work; the recipe a request uses
+    comes from `effective_recipe` once its source (persona.toml) is known."""
     from pipeline.precompile.recipe import effective_recipe
 
     return effective_recipe(settings.recipe, flags=given)
 
 
-def persona_recipe(settings: Settings, path: Path, given: dict):
+def recipe_for_path(settings: Settings, path: Path, given: dict) -> Recipe:
     """`effective_recipe` for a file given by path: persona.toml applies when the file lies
     in a persona's folder, as for render and the watcher (a --bbox-shift flag beats only
     the persona's shift)."""
@@ -235,9 +235,9 @@ def precompile_command(settings: Settings, path: Path, recipe) -> str:
     precompile would otherwise choose differently (a backend's implied fields, flags)."""
     import shlex
 
-    plain = persona_recipe(settings, path, {})
+    plain = recipe_for_path(settings, path, {})
     flags = {f: getattr(recipe, f) for f in RECIPE_FLAGS if getattr(recipe, f) != getattr(plain, f)}
-    if persona_recipe(settings, path, flags).fields() != recipe.fields():
+    if recipe_for_path(settings, path, flags).fields() != recipe.fields():
         raise ValueError(f"no precompile flags give the recipe {recipe.fields()}")  # a bug
     words = ["hotplate"]
     for name, value in (
@@ -291,7 +291,7 @@ def precompile(
     from pipeline.precompile.run import precompile as run_precompile
 
     settings = settings_of(ctx)
-    recipe_from(settings, **recipe_options)  # a bad flag fails before the store opens
+    check_recipe_flags(settings, **recipe_options)  # a bad flag fails before the store opens
     store = open_cache(settings)
     failed = 0
     for path in paths:
@@ -299,7 +299,7 @@ def precompile(
         try:
             report = run_precompile(
                 path,
-                persona_recipe(settings, path, recipe_options),
+                recipe_for_path(settings, path, recipe_options),
                 store,
                 force=force,
                 progress=bars,
@@ -386,7 +386,7 @@ def render(
 
     settings = settings_of(ctx)
     backend = backend or settings.renderer
-    recipe_from(settings, **recipe_options)  # a bad flag fails before the store opens
+    check_recipe_flags(settings, **recipe_options)  # a bad flag fails before the store opens
     request = LipSyncRequest(
         persona=persona,
         attire=attire,
