@@ -11,14 +11,15 @@ import contextlib
 import time
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from hotplate.serve import problems
 from hotplate.serve.config import ServeConfig
+from hotplate.serve.guard import Guard, Policy
 from hotplate.serve.jobs import Job, JobQueue, JobRecords, new_id
 from hotplate.serve.problems import Problem
-from hotplate.serve.routes import catalog, health, page, renders
+from hotplate.serve.routes import access, catalog, docs, health, page, renders
 
 __all__ = ["ServeConfig", "Service", "create_app"]
 
@@ -88,26 +89,44 @@ def create_app(config: ServeConfig) -> FastAPI:
         summary="Lip-sync renders from hot avatar assets",
         version="1",
         lifespan=lifespan,
+        docs_url=None,  # routes/docs.py serves Swagger UI from a package, not a CDN
+        redoc_url=None,
     )
     app.state.config = config
+    app.state.policy = policy = policy_of(config)
     problems.install(app)
-    limit = config.max_upload_bytes + FORM_OVERHEAD
+    # The guard is the outermost layer but for CORS (preflights carry no token).
+    app.add_middleware(Guard, policy=policy)
+    if config.allow_origins:
+        from fastapi.middleware.cors import CORSMiddleware
 
-    @app.middleware("http")
-    async def refuse_large_bodies(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > limit:
-            return problems.problem_response(
-                413,
-                f"request body of {int(length) / 1e6:.1f} MB is over the "
-                f"{config.max_upload_bytes / 1e6:g} MB upload limit; send a shorter clip",
-                request.url.path,
-            )
-        return await call_next(request)
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.allow_origins),
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["authorization"],
+            expose_headers=["x-request-id", "location", "x-hotplate-job", "x-hotplate-cache"],
+        )
 
     app.include_router(page.router)
     app.mount("/static", StaticFiles(directory=str(page.STATIC)), name="static")
+    docs.install(app)
     app.include_router(health.router)
+    app.include_router(access.router)
     app.include_router(catalog.router)
     app.include_router(renders.router)
     return app
+
+
+def policy_of(config: ServeConfig) -> Policy:
+    """The guard's rules from the server's flags."""
+    return Policy.of(
+        config.client_tokens,
+        (config.admin_token,) if config.admin_token else (),
+        body_limit=config.max_upload_bytes + FORM_OVERHEAD,
+        upload_limit=config.max_upload_bytes,
+        bound_host=config.host,
+        allowed_hosts=config.allowed_hosts,
+        allowed_origins=config.allow_origins,
+        public_metrics=config.public_metrics,
+    )

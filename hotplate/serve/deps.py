@@ -1,18 +1,20 @@
-"""FastAPI dependencies the routers share: the service, the token check, the render form.
+"""FastAPI dependencies the routers share: the service, the caller, the render form.
 
 The service is typed `Any` here: `Service` lives in app.py, which includes the routers,
 and tests/test_layers.py forbids the import cycle a precise annotation would need.
+Who the caller is was settled by the guard (guard.py) before the app saw the request;
+`caller_of` reads it.
 """
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, File, Form, Request, UploadFile
 
 from hotplate.serve.config import ServeConfig
+from hotplate.serve.guard import ANONYMOUS, LOCAL, Client, Policy
 from hotplate.serve.problems import Problem
 
 
@@ -25,24 +27,31 @@ def config_of(request: Request) -> ServeConfig:
     return request.app.state.config
 
 
-def require_token(request: Request) -> None:
-    token = config_of(request).token
-    if token is None:
-        return
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if not header or scheme.lower() != "bearer":
+def policy_of(request: Request) -> Policy:
+    return request.app.state.policy
+
+
+def caller_of(request: Request) -> Client:
+    """The client the guard identified; 401 if there is none where a token is needed."""
+    client = request.scope.get("state", {}).get("client")
+    if client is None:
+        client = ANONYMOUS if config_of(request).token_required else LOCAL
+    if client is ANONYMOUS:
         raise Problem(
             401,
             "this server needs a token; send 'Authorization: Bearer <token>'",
             {"WWW-Authenticate": "Bearer"},
         )
-    if not secrets.compare_digest(given.strip().encode(), token.encode()):
-        raise Problem(403, "the bearer token is wrong; check HOTPLATE_TOKEN")
+    return client
+
+
+def require_token(request: Request) -> None:
+    caller_of(request)
 
 
 Svc = Annotated[Any, Depends(service_of)]
 Config = Annotated[ServeConfig, Depends(config_of)]
+Caller = Annotated[Client, Depends(caller_of)]
 Auth = Depends(require_token)
 
 

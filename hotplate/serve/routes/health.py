@@ -14,7 +14,7 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz")
 def healthz(config: Config) -> dict:
     """The process answers. `token_required` tells the page to ask for one."""
-    return {"status": "ok", "token_required": config.token is not None}
+    return {"status": "ok", "token_required": config.token_required}
 
 
 @router.get("/readyz")
