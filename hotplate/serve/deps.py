@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, File, Form, Request, UploadFile
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from hotplate.serve.config import ServeConfig
 from hotplate.serve.guard import ANONYMOUS, LOCAL, Client, Policy
@@ -31,7 +32,14 @@ def policy_of(request: Request) -> Policy:
     return request.app.state.policy
 
 
-def caller_of(request: Request) -> Client:
+# Only for the OpenAPI schema (the lock in /docs, "Authorize"): the guard checks tokens.
+bearer = HTTPBearer(auto_error=False, description="A token from --token-file or HOTPLATE_TOKEN.")
+
+
+def caller_of(
+    request: Request,
+    _: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)] = None,
+) -> Client:
     """The client the guard identified; 401 if there is none where a token is needed."""
     client = request.scope.get("state", {}).get("client")
     if client is None:

@@ -77,7 +77,9 @@ NAMES = st.one_of(
     filename=NAMES,
     route=st.sampled_from(["/v1/renders", "/v1/lip-sync"]),
 )
-def test_no_render_form_gets_a_5xx(server, persona, attire, motion, backend, audio, filename, route):
+def test_no_render_form_gets_a_5xx(
+    server, persona, attire, motion, backend, audio, filename, route
+):
     data = {"persona": persona, "attire": attire}
     if motion is not None:
         data["motion"] = motion
