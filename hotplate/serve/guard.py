@@ -15,12 +15,13 @@ For each HTTP request, in this order:
    the app (and Starlette's spool under TMPDIR) never holds more than the limit.
 
 A refusal closes the connection (`Connection: close`): the rest of an unwanted upload is
-never read. WebSocket connections get the same Host, Origin and token checks
+never kept (a bounded linger drains it, so the client can read the answer first). WebSocket connections get the same Host, Origin and token checks
 (`check_connection`) and a byte budget on what they receive (see docs/DESIGN.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ipaddress
@@ -46,6 +47,7 @@ OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/docs", "/openapi.json", "/
 OPEN_PREFIXES = ("/static/", "/docs/")
 SIGNED_TTL_S = 3600.0  # a <video> seeks (new Range requests) long after it was given its URL
 WS_CLOSE_POLICY, WS_CLOSE_TOO_BIG = 1008, 1009
+LINGER_BYTES, LINGER_S = 64 << 20, 5.0  # what a refused upload may still send, then closed
 
 
 @dataclass(frozen=True)
@@ -288,10 +290,17 @@ class Guard:
                 (b"x-request-id", request_id.encode()),
             ]
             if has_body:
-                out.append((b"connection", b"close"))  # the rest of the body is never read
+                out.append((b"connection", b"close"))  # the rest of the body is never kept
             out += [(k.lower().encode(), v.encode()) for k, v in extra.items()]
             await send({"type": "http.response.start", "status": status, "headers": out})
-            await send({"type": "http.response.body", "body": body.encode()})
+            # The whole answer (its Content-Length) goes now; the end of the message, which
+            # makes uvicorn close the connection, only after `linger` (see there).
+            await send({"type": "http.response.body", "body": body.encode(), "more_body": has_body})
+
+        async def finish() -> None:
+            if has_body and started:
+                await linger(receive)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
         try:
             state["client"] = self.policy.check_connection(scope)
@@ -300,6 +309,7 @@ class Guard:
                 raise Refusal(413, self._too_large(f"request body of {int(length) / 1e6:.1f} MB"))
         except Refusal as refusal:
             await respond(refusal.status, refusal.detail, refusal.headers)
+            await finish()
             return
 
         received = 0
@@ -336,6 +346,8 @@ class Guard:
             if not refused:
                 raise
             # The app failed reading a body the guard cut off: nothing more to say.
+        if refused:
+            await finish()
 
     def _too_large(self, what: str) -> str:
         return (
@@ -373,6 +385,25 @@ class Guard:
                 await send(message)
 
         await self.app(scope, counted_receive, guarded_send)
+
+
+async def linger(receive: Any) -> None:
+    """Read and drop what the client still sends, up to LINGER_BYTES or LINGER_S, before
+    the connection closes. Closing a socket with unread data sends a reset, which can
+    destroy the refusal before the client (or a proxy such as nginx) has read it; nginx's
+    lingering_close does the same. Nothing drained is kept."""
+    loop = asyncio.get_running_loop()
+    deadline, drained = loop.time() + LINGER_S, 0
+    while drained < LINGER_BYTES:
+        try:
+            message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            return
+        if message["type"] != "http.request":
+            return
+        drained += len(message.get("body", b""))
+        if not message.get("more_body"):
+            return
 
 
 class BodyTooLarge(Exception):

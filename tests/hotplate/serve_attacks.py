@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import threading
 from pathlib import Path
 
@@ -54,8 +55,17 @@ class ChunkedUpload:
     over a raw socket, reading the answer concurrently (as a real client would), and
     calling `measure()` after every chunk. Stops when the server answers or hangs up."""
 
-    def __init__(self, port: int, path: str, headers: dict[str, str], total: int) -> None:
+    def __init__(
+        self,
+        port: int,
+        path: str,
+        headers: dict[str, str],
+        total: int,
+        host: str | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.port, self.path, self.headers, self.total = port, path, headers, total
+        self.host, self.tls = host or f"127.0.0.1:{port}", tls
         self.sent = 0
         self.answer = b""
         self.answered = threading.Event()
@@ -74,7 +84,7 @@ class ChunkedUpload:
         """(HTTP status, the largest measure() seen while sending)."""
         head = [
             f"POST {self.path} HTTP/1.1",
-            f"Host: 127.0.0.1:{self.port}",
+            f"Host: {self.host}",
             f"Content-Type: multipart/form-data; boundary={BOUNDARY}",
             "Transfer-Encoding: chunked",
             *(f"{k}: {v}" for k, v in self.headers.items()),
@@ -88,7 +98,8 @@ class ChunkedUpload:
         ).encode()
         zeros = bytes(chunk)
         largest = 0
-        with socket.create_connection(("127.0.0.1", self.port), timeout=120) as sock:
+        raw = socket.create_connection(("127.0.0.1", self.port), timeout=120)
+        with self.tls.wrap_socket(raw, server_hostname="127.0.0.1") if self.tls else raw as sock:
             reader = threading.Thread(target=self._read, args=(sock,), daemon=True)
             reader.start()
             try:
