@@ -222,8 +222,9 @@ def guard_cost(root: Path, clip: Path, requests: int) -> None:
         with on.client() as c_on, off.client() as c_off:
             for c in (c_on, c_off):  # warm each worker (first render loads its imports)
                 assert post_render(c, "/v1/lip-sync", clip).status_code == 200
-            for _ in range(requests):
-                for guarded, c in ((True, c_on), (False, c_off)):
+            for i in range(requests):  # ABBA: neither side always goes first
+                pair = ((True, c_on), (False, c_off))
+                for guarded, c in pair if i % 2 == 0 else pair[::-1]:
                     start = time.perf_counter()
                     answer = post_render(c, "/v1/lip-sync", clip)
                     times[guarded].append(time.perf_counter() - start)
@@ -231,7 +232,10 @@ def guard_cost(root: Path, clip: Path, requests: int) -> None:
     (p50_on, p95_on), (p50_off, p95_off) = percentiles(times[True]), percentiles(times[False])
     own_on, own_off = guard_cost_in_process(clip, 2000)
     own = own_on - own_off
-    print(f"guard's cost on a hot POST /v1/lip-sync, {requests} requests each, alternating:")
+    print(
+        f"guard's cost on a hot POST /v1/lip-sync, {requests} requests each, alternating "
+        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs):"
+    )
     print(f"{'':>22} {'p50 s':>8} {'p95 s':>8}")
     print(f"{'without guard (base)':>22} {p50_off:>8.3f} {p95_off:>8.3f}")
     print(f"{'with guard':>22} {p50_on:>8.3f} {p95_on:>8.3f}")
@@ -242,7 +246,7 @@ def guard_cost(root: Path, clip: Path, requests: int) -> None:
     print(
         f"the guard's own time per request (in process, {clip.stat().st_size / 1e3:.0f} kB "
         f"form): {own * 1e6:.0f} us over the bare app's {own_off * 1e6:.0f} us "
-        f"= {100 * own / p50_off:.3f}% of the request's p50"
+        f"= {100 * own / p50_off:.4f}% of the request's p50"
     )
 
 
