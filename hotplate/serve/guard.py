@@ -15,8 +15,9 @@ For each HTTP request, in this order:
    the app (and Starlette's spool under TMPDIR) never holds more than the limit.
 
 A refusal closes the connection (`Connection: close`): the rest of an unwanted upload is
-never kept (a bounded linger drains it, so the client can read the answer first). WebSocket connections get the same Host, Origin and token checks
-(`check_connection`) and a byte budget on what they receive (see docs/DESIGN.md).
+never kept (a bounded linger drains it, so the client can read the answer first).
+WebSocket connections get the same Host, Origin and token checks (`check_connection`)
+and a byte budget on what they receive (see docs/DESIGN.md).
 """
 
 from __future__ import annotations

@@ -102,10 +102,12 @@ def install(app: FastAPI) -> None:
             log.exception(
                 "request %s: unexpected error on %s", request_id_of(request), request.url.path
             )
-        return problem_response(
+        rid = request_id_of(request)
+        return problem_response(  # sent from outside the guard: it adds the id header here
             500,
             f"internal error ({type(exc).__name__}); the server log has the details under "
-            f"request id {request_id_of(request) or 'unknown'}",
+            f"request id {rid or 'unknown'}",
             request.url.path,
-            request_id=request_id_of(request),
+            {"X-Request-Id": rid} if rid else None,
+            rid,
         )
