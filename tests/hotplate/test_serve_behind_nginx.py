@@ -52,7 +52,7 @@ def proxied(tmp_path_factory, nginx_bin):
         check=True,
         capture_output=True,
     )
-    args = ("--workers", "1", "--allowed-host", NAME, "--max-upload-mb", "2")
+    args = ("--workers", "1", "--allowed-host", NAME, "--max-upload-mb", "2", "--public-metrics")
     with Server(root, *args, env={"HOTPLATE_TOKEN": TOKEN}) as srv:
         port = free_port()
         block = readme_nginx_block()
@@ -100,6 +100,7 @@ def test_token_origin_and_host_hold_through_the_proxy(proxied):
     url, _, tls, _, _ = proxied
     with httpx.Client(base_url=url, verify=tls, headers={"Host": NAME}, timeout=60) as c:
         assert_problem(c.get("/v1/renders"), 401, "Bearer")
+        assert c.get("/metrics").status_code == 200  # --public-metrics: a Prometheus scrapes it
         c.headers["Authorization"] = f"Bearer {TOKEN}"
         assert c.get("/v1/renders").status_code == 200
         form = {"persona": "nobody"}
