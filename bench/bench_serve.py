@@ -11,7 +11,11 @@ For one hot avatar (a 540x960 loop, 16 frames) and a 4 s speech clip:
    with the guard and on the same app with it removed (the baseline), one worker each,
    requests alternating between them so both share the machine's load; and the guard's
    own time per request, measured in this process around an app that reads the same
-   multipart body, as a share of the request's p50.
+   multipart body, as a share of the request's p50;
+4. the audio check on a bomb (an hour of silence in a FLAC of a few hundred kB), in this
+   process: uploads.check_audio (header, then frame by frame up to the limit) against
+   decoding the clip whole with load_audio (the check before issue #17, the baseline):
+   seconds and peak traced memory of each.
 
 Requests go only to 127.0.0.1 and are bounded (--requests per concurrency level).
 Prints; asserts nothing.
@@ -250,6 +254,49 @@ def guard_cost(root: Path, clip: Path, requests: int) -> None:
     )
 
 
+def audio_check_cost(root: Path, hours: float = 1.0, limit_s: float = 600.0) -> None:
+    import tracemalloc
+
+    from hotplate.serve.problems import Problem
+    from hotplate.serve.uploads import check_audio
+    from pipeline.render.audio import load_audio
+    from tests.hotplate.serve_attacks import hide_flac_length, write_flac
+
+    bomb = write_flac(root / "bomb.flac", hours * 3600)
+    hidden = hide_flac_length(write_flac(root / "hidden.flac", 2 * limit_s, noise=True))
+
+    def measure(fn) -> tuple[float, float]:
+        tracemalloc.start()
+        start = time.perf_counter()
+        try:
+            fn()
+        except Problem:
+            pass
+        took = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return took, peak
+
+    print("peak = traced Python and numpy allocations (PyAV's own frame buffers are not traced)")
+    print(f"audio check on {hours:g} h of silence in a {bomb.stat().st_size / 1e3:.0f} kB FLAC:")
+    whole = measure(lambda: load_audio(bomb, 16000).size / 16000 > limit_s)
+    new = measure(lambda: check_audio(bomb, "bomb.flac", limit_s))
+    print(f"  decode whole (before, baseline)  {whole[0]:7.3f} s  {whole[1] / 1e6:8.1f} MB peak")
+    print(
+        f"  header claim (check_audio)       {new[0]:7.3f} s  {new[1] / 1e6:8.1f} MB peak"
+        f"   = {new[0] / whole[0]:.1e}x the time"
+    )
+    seconds = 2 * limit_s
+    whole = measure(lambda: load_audio(hidden, 16000).size / 16000 > limit_s)
+    new = measure(lambda: check_audio(hidden, "hidden.flac", limit_s))
+    print(f"a {seconds:g} s noisy FLAC whose header hides its length (limit {limit_s:g} s):")
+    print(f"  decode whole (before, baseline)  {whole[0]:7.3f} s  {whole[1] / 1e6:8.1f} MB peak")
+    print(
+        f"  frame by frame, stop at limit    {new[0]:7.3f} s  {new[1] / 1e6:8.1f} MB peak"
+        f"   = {new[0] / whole[0]:.2f}x the time"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
@@ -257,12 +304,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4, help="in-process baseline calls")
     parser.add_argument("--guard-requests", type=int, default=20, help="per side, step 3")
     parser.add_argument("--only-guard", action="store_true", help="step 3 alone")
+    parser.add_argument("--only-audio", action="store_true", help="step 4 alone")
     parser.add_argument("--serve-child", nargs=2, metavar=("ROOT", "PORT"), help=argparse.SUPPRESS)
     parser.add_argument("--no-guard", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_child:
         return serve_child(Path(args.serve_child[0]), int(args.serve_child[1]), not args.no_guard)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.only_audio:
+        with tempfile.TemporaryDirectory(prefix="bench-serve-audio-") as tmp:
+            return audio_check_cost(Path(tmp))
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(tmp)
         clip = make_hot_avatar(root)
@@ -290,6 +341,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-serve-guard-") as tmp:
         root = Path(tmp)
         guard_cost(root, make_hot_avatar(root), args.guard_requests)
+        audio_check_cost(root)
 
 
 if __name__ == "__main__":
