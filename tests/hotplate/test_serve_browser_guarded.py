@@ -75,9 +75,10 @@ def test_docs_render_with_the_network_blocked(server, chromium):
     assert foreign == [] and errors == []
 
 
-def test_the_page_asks_for_the_token_once_and_plays_a_signed_video(server, chromium):
+def test_the_page_asks_for_the_token_once_and_plays_a_signed_video(server, chromium, tmp_path):
     from playwright.sync_api import sync_playwright
 
+    wav = speech(tmp_path / "line.wav", 1.0)
     with sync_playwright() as p:
         browser = launch(p, chromium)
         page = browser.new_page(viewport={"width": 1360, "height": 980})
@@ -108,6 +109,19 @@ def test_the_page_asks_for_the_token_once_and_plays_a_signed_video(server, chrom
         page.reload()  # the same tab keeps it: no second prompt
         card.wait_for(timeout=60_000)
         page.locator("#renders tr a", has_text="Play").first.wait_for(timeout=60_000)
+
+        # a render from the page: the POST with the header, progress over a signed EventSource
+        card.click()
+        page.set_input_files("#audio", str(wav))
+        page.click("#render")
+        page.wait_for_function(
+            "() => document.getElementById('progress-pct').textContent === '100%'",
+            timeout=240_000,
+        )
+        page.wait_for_function(
+            "() => document.getElementById('player').readyState >= 2", timeout=60_000
+        )
+        assert page.inner_text("#error") == ""
         browser.close()
     assert len(prompts) == 1 and "token" in prompts[0]
     assert foreign == []
