@@ -3,6 +3,7 @@ an acceptable length (checked here, in the server, so a bad file never reaches a
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -15,22 +16,32 @@ CHUNK = 1 << 20
 
 
 async def save_upload(upload: UploadFile, target_stem: Path, max_bytes: int) -> Path:
-    """Write the upload to target_stem + its suffix; Problem 413 past max_bytes."""
+    """Write the upload to target_stem + its suffix; Problem 413 past max_bytes, 507 when
+    the disk is full. Whatever fails, no partial file is left behind."""
     suffix = Path(upload.filename or "").suffix.lower()
     target = target_stem.with_suffix(suffix if suffix in AUDIO_SUFFIXES else ".audio")
     size = 0
-    with open(target, "wb") as out:
-        while chunk := await upload.read(CHUNK):
-            size += len(chunk)
-            if size > max_bytes:
-                out.close()
-                target.unlink(missing_ok=True)
-                raise Problem(
-                    413,
-                    f"audio upload is over the {max_bytes / 1e6:g} MB limit; send a shorter "
-                    "or compressed clip",
-                )
-            out.write(chunk)
+    try:
+        with open(target, "wb") as out:
+            while chunk := await upload.read(CHUNK):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise Problem(
+                        413,
+                        f"audio upload is over the {max_bytes / 1e6:g} MB limit; send a "
+                        "shorter or compressed clip",
+                    )
+                out.write(chunk)
+    except OSError as exc:
+        target.unlink(missing_ok=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise Problem(
+                507, "the server's disk is full; retry later, or ask its operator to free space"
+            ) from None
+        raise
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
     return target
 
 
