@@ -245,3 +245,18 @@ def test_the_audio_limit_defaults_to_ten_minutes():
 
     default = {p.name: p.default for p in serve.params}["max_audio_seconds"]
     assert default == 600.0
+
+
+def test_jobs_made_before_tokens_were_set_are_the_admins_to_delete(tmp_path):
+    root = make_world(tmp_path, attires=("studio",))
+    (root / "tokens").write_text(f"{A}\n")
+    (root / "admin").write_text(f"{ADMIN}\n")
+    with Server(root, "--workers", "1") as srv, srv.client() as c:  # tokenless, loopback
+        job = c.post("/v1/precompile", data={"persona": "astro", "attire": "studio"}).json()
+        assert job["owner"] == "local"
+    args = ("--workers", "1", "--token-file", str(root / "tokens"))
+    with Server(root, *args, "--admin-token-file", str(root / "admin")) as srv:
+        with srv.client(headers=bearer(A)) as a:
+            assert_problem(a.delete(job["status_url"]), 403, "another client")
+        with srv.client(headers=bearer(ADMIN)) as admin:
+            assert admin.delete(job["status_url"]).status_code == 200
