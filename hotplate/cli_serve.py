@@ -15,6 +15,7 @@ import click
 from hotplate.settings import Settings
 
 TOKEN_ENV = "HOTPLATE_TOKEN"
+ADMIN_TOKEN_ENV = "HOTPLATE_ADMIN_TOKEN"
 
 
 def is_loopback(host: str) -> bool:
@@ -24,6 +25,12 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def read_tokens(path: Path) -> tuple[str, ...]:
+    """The tokens in a file, one per line (blank lines and # comments skipped)."""
+    lines = (line.strip() for line in path.read_text().splitlines())
+    return tuple(line for line in lines if line and not line.startswith("#"))
 
 
 @click.command()
@@ -46,7 +53,31 @@ def is_loopback(host: str) -> bool:
 @click.option(
     "--token-file",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help=f"File holding the bearer token POST and DELETE need [or env {TOKEN_ENV}].",
+    help="File of bearer tokens, one per client and line, that every /v1 route and video "
+    f"needs; a job can be cancelled only with the token that made it [or env {TOKEN_ENV}].",
+)
+@click.option(
+    "--admin-token-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help=f"File holding a token that may also cancel or delete any job [or env {ADMIN_TOKEN_ENV}].",
+)
+@click.option(
+    "--public-metrics",
+    is_flag=True,
+    help="Serve /metrics without a token (for a Prometheus that cannot send one).",
+)
+@click.option(
+    "--allow-origin",
+    multiple=True,
+    metavar="URL",
+    help="A web app origin (https://studio.example) whose pages may POST and DELETE; repeatable.",
+)
+@click.option(
+    "--allowed-host",
+    multiple=True,
+    metavar="NAME",
+    help="A name this server answers to besides loopback and --host (a reverse proxy's "
+    "public name); repeatable, '*' for any.",
 )
 @click.option(
     "--max-upload-mb",
@@ -58,9 +89,9 @@ def is_loopback(host: str) -> bool:
 @click.option(
     "--max-audio-seconds",
     type=click.FloatRange(min=0.1),
-    default=300.0,
+    default=600.0,
     show_default=True,
-    help="Longest audio clip (422 above it).",
+    help="Longest audio clip (422 above it; checked before the clip is decoded whole).",
 )
 @click.option(
     "--retention-hours",
@@ -82,6 +113,10 @@ def serve(
     workers: int,
     queue_size: int,
     token_file: Path | None,
+    admin_token_file: Path | None,
+    public_metrics: bool,
+    allow_origin: tuple[str, ...],
+    allowed_host: tuple[str, ...],
     max_upload_mb: float,
     max_audio_seconds: float,
     retention_hours: float,
@@ -91,17 +126,29 @@ def serve(
 
     POST /v1/lip-sync (multipart: persona, attire, motion, backend, audio) returns the
     MP4; /v1/renders queues jobs with progress as Server-Sent Events. OpenAPI at /docs.
-    Listening beyond loopback needs a token (--token-file or HOTPLATE_TOKEN).
+    Listening beyond loopback needs a token (--token-file or HOTPLATE_TOKEN); with one,
+    every /v1 route and video needs it, and /metrics unless --public-metrics.
     """
     token = os.environ.get(TOKEN_ENV) or None
-    if token_file is not None:
-        token = token_file.read_text().strip() or None
-    if not is_loopback(host) and token is None:
+    tokens = read_tokens(token_file) if token_file is not None else ()
+    admin = os.environ.get(ADMIN_TOKEN_ENV) or None
+    if admin_token_file is not None:
+        admin = next(iter(read_tokens(admin_token_file)), None)
+    if not is_loopback(host) and not (token or tokens or admin):
         raise click.UsageError(
             f"--host {host} is reachable beyond this machine; set a token "
             f"({TOKEN_ENV} or --token-file) or listen on 127.0.0.1"
         )
+    import logging
+
     import uvicorn
+
+    # The guard's refusals and every problem's full detail, by request id (stderr).
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    serve_log = logging.getLogger("hotplate.serve")
+    serve_log.addHandler(handler)
+    serve_log.setLevel(logging.INFO)
 
     from hotplate.serve.app import ServeConfig, create_app
 
@@ -111,6 +158,12 @@ def serve(
         workers=workers,
         queue_size=queue_size,
         token=token,
+        tokens=tokens,
+        admin_token=admin,
+        public_metrics=public_metrics,
+        host=host,
+        allowed_hosts=allowed_host,
+        allow_origins=allow_origin,
         max_upload_bytes=int(max_upload_mb * 1e6),
         max_audio_seconds=max_audio_seconds,
         retention_hours=retention_hours,
