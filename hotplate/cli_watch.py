@@ -27,8 +27,11 @@ def _settings(ctx: click.Context, personas: Path | None) -> Settings:
 
 
 def _config(settings: Settings, **options: object):
+    from cachestore.remote import attach
     from watcher.daemon import Config
     from watcher.worker import DEFAULT_JOB
+
+    attach(settings.cache, settings.remote)  # the workers' misses pull, their builds push
 
     return Config(
         personas=settings.personas,

@@ -35,6 +35,11 @@ SETTINGS: dict[str, tuple[type, Any, str]] = {
         lambda: 900.0,
         "seconds a precompile waits for another process building the same avatar",
     ),
+    "remote": (
+        str,
+        lambda: "",
+        "blob tier shared by stores: http(s)://host/prefix or s3://bucket/prefix (empty: none)",
+    ),
 }
 RECIPE_FIELDS = {f.name for f in fields(Recipe)} - {"models_dir"}
 
@@ -48,6 +53,7 @@ class Settings:
     loop: str
     grace_hours: float
     flight_wait: float
+    remote: str = ""
     recipe: Recipe = field(default_factory=Recipe)
     config_file: Path | None = None
 

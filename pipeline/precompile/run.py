@@ -22,6 +22,8 @@ import numpy as np
 from cachestore.errors import MissingStageError, StoreFullError, StoreNotWritableError
 from cachestore.flight import DEFAULT_WAIT, Holder, single_flight
 from cachestore.hashcache import file_digest, snapshot
+from cachestore.pull import pull_on_miss
+from cachestore.push import push_after_build
 from cachestore.store import Store
 from pipeline.frames import FrameSource, frame_name
 from pipeline.nets.modelcache import kept
@@ -54,6 +56,7 @@ class PrecompileReport:
         default_factory=dict
     )  # frames, keyframes, refined, healed, detections
     damaged: list[str] = field(default_factory=list)  # stages found damaged and rebuilt
+    pulled: float | None = None  # seconds, when it came from the blob tier (cachestore/pull.py)
 
     @property
     def hit(self) -> bool:
@@ -107,8 +110,14 @@ def precompile(
     ) as waited:
         if waited and not force and _hit(store, keys, report):  # the holder just made it
             return report
+        if not force and (got := pull_on_miss(store, keys.avatar, tell, progress)):
+            if _hit(store, keys, report):  # another node built it: pulled, verified, hot
+                report.pulled = got.seconds
+                return report
         store.count("misses")
-        return _build_from_snapshot(path, recipe, store, keys, report, force, progress)
+        report = _build_from_snapshot(path, recipe, store, keys, report, force, progress)
+        push_after_build(store, report.avatar, tell)  # never fails the build
+        return report
 
 
 def _build_from_snapshot(
