@@ -29,8 +29,7 @@ http {{
         listen 127.0.0.1:{port};
         root {root}/data;
         location / {{
-            dav_methods PUT DELETE;
-            create_full_put_path on;
+            {dav}
             dav_access user:rw group:r all:r;
         }}
     }}
@@ -58,9 +57,9 @@ def free_port() -> int:
 
 
 class Nginx:
-    """nginx serving `root/data` at http://127.0.0.1:port/; start() waits until it answers."""
+    """nginx serving `root/data` at http://127.0.0.1:port/tier; start() waits until it answers."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, writable: bool = True) -> None:
         self.root = Path(root)
         self.port = free_port()
         self.process: subprocess.Popen | None = None
@@ -68,7 +67,9 @@ class Nginx:
         (self.root / "body").mkdir(exist_ok=True)
         # as root, the workers would drop to nobody and could not write the temp folder
         user = "user root root;" if os.geteuid() == 0 else ""
-        conf = CONF.format(user=user, root=self.root, port=self.port)
+        # read-only: PUT answers 405, as a tier a node may read but not write would
+        dav = "dav_methods PUT DELETE; create_full_put_path on;" if writable else ""
+        conf = CONF.format(user=user, root=self.root, port=self.port, dav=dav)
         (self.root / "nginx.conf").write_text(conf)
 
     @property

@@ -124,7 +124,9 @@ def test_jit_build_pushes_in_background_and_the_next_store_pulls(world, tier, mo
     first = cli.render(world, world / "one", "astro", world / "one.mp4")
     assert first.returncode == 0, first.stderr
     assert "JIT precompile" in first.stdout and "pulled" not in first.stderr
-    assert counters(world, world / "one")["remote_misses"] == 1
+    status = json.loads(cli.hotplate(world, world / "one", "status", "--json").stdout)["remote"]
+    assert status["url"] == tier.url and status["remote_misses"] == 1, status
+    assert status["pushes"] == 1 and status["push_failures"] == 0 and status["pulls"] == 0, status
     assert len(tier.objects("ac")) == 1  # the render's process waited for its push at exit
     pulled = cli.hotplate(world, world / "two", "pull")
     assert pulled.returncode == 0, pulled.stderr
@@ -132,6 +134,21 @@ def test_jit_build_pushes_in_background_and_the_next_store_pulls(world, tier, mo
     again = cli.hotplate(world, world / "two", "pull")
     assert "0 pulled, 1 hot already" in again.stdout, again.stdout
     assert counters(world, world / "two").get("misses", 0) == 0
+
+
+def test_failed_push_never_fails_the_render(world, tmp_path, monkeypatch):
+    readonly = Nginx(tmp_path / "ro", writable=False).start()
+    try:
+        monkeypatch.setenv(ENV, readonly.url)
+        result = cli.render(world, world / "one", "astro", world / "one.mp4")
+        assert result.returncode == 0, result.stderr
+        assert (world / "one.mp4").stat().st_size > 0
+        (line,) = [x for x in result.stderr.splitlines() if "push of avatar" in x]
+        assert "failed" in line and readonly.url in line, line
+        status = json.loads(cli.hotplate(world, world / "one", "status", "--json").stdout)
+        assert status["remote"]["push_failures"] == 1, status["remote"]
+    finally:
+        readonly.stop()
 
 
 def _damage_largest_blob(tier, how: str) -> str:
