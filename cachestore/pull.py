@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +69,7 @@ class PullReport:
 def parse_manifest(data: bytes, avatar: str, where: str) -> dict[str, Any]:
     """The manifest's body; raises RemoteDamagedError unless it is whole and for `avatar`."""
     try:
-        outer = json.loads(data)
+        outer = json.loads(bytes(data))
         body = outer["body"]
         ok = outer["sha256"] == sha256(canonical(body))
         ok = ok and body["hotplate"] == MANIFEST_VERSION and body["avatar"] == avatar
@@ -87,7 +86,7 @@ def parse_manifest(data: bytes, avatar: str, where: str) -> dict[str, Any]:
     return body
 
 
-def check_blob(data: bytes | None, digest: str, name: str, size: int, where: str) -> bytes:
+def check_blob(data: Any, digest: str, name: str, size: int, where: str) -> Any:
     """The blob's bytes when they are what the manifest names; else RemoteDamagedError."""
     if data is None:
         raise RemoteDamagedError(f"remote blob {where} is missing; refused, building locally")
@@ -137,33 +136,33 @@ def pull_avatar(
     with store.read() as r:  # what the store has whole already is not fetched again
         missing = sorted(d for d in wanted if not r.blob_ok(d))
     total = sum(int(body["blobs"][d][1]) for d in missing)
-    # 2. the blobs, verified, in batches of about BATCH_BYTES
-    lock = threading.Lock()
-    batch: dict[str, bytes] = {}
 
-    def one(digest: str) -> None:
+    # 2. the blobs, fetched and verified a few at a time, written here in batches of
+    # about BATCH_BYTES while the next ones download
+    def fetch(digest: str) -> tuple[str, Any]:
         if time.perf_counter() - start > deadline:
             raise RemoteError(
-                f"remote {remote.url} too slow: pull of avatar {avatar[:16]} passed "
-                f"{deadline:.0f} s"
+                f"remote {remote.url} too slow: pull of avatar {avatar[:16]} passed {deadline:.0f} s"
             )
         name, size = body["blobs"][digest]
         path = cas_path(name)
-        blob = check_blob(remote.get(path), digest, name, int(size), remote.where(path))
-        with lock:
-            batch[digest] = blob
-            report.fetched += 1
-            report.bytes += len(blob)
-            progress(report.bytes, total)
-            if sum(len(v) for v in batch.values()) >= BATCH_BYTES:
-                _put_blobs(store, batch)
-                batch.clear()
+        return digest, check_blob(remote.get(path), digest, name, int(size), remote.where(path))
 
+    batch: dict[str, Any] = {}
+    pending = 0
     with ThreadPoolExecutor(PARALLEL) as pool:
-        futures = [pool.submit(one, d) for d in missing]
+        futures = [pool.submit(fetch, d) for d in missing]
         try:
-            for future in futures:
-                future.result()
+            for future in as_completed(futures):
+                digest, blob = future.result()
+                batch[digest] = blob
+                pending += len(blob)
+                report.fetched += 1
+                report.bytes += len(blob)
+                progress(report.bytes, total)
+                if pending >= BATCH_BYTES:
+                    _put_blobs(store, batch)
+                    batch, pending = {}, 0
         except BaseException:
             for future in futures:
                 future.cancel()

@@ -80,12 +80,13 @@ class Remote:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return RemoteError(f"remote {self.where(path)} unreachable or failing ({reason[:160]})")
 
-    def get(self, path: str) -> bytes | None:
-        """The object's bytes, or None when the remote has no such object."""
+    def get(self, path: str) -> Any:
+        """The object's bytes (a buffer: obstore's Bytes, not copied), or None when the
+        remote has no such object."""
         import obstore
 
         try:
-            return bytes(obstore.get(self.client, path).bytes())
+            return obstore.get(self.client, path).bytes()
         except FileNotFoundError:
             return None
         except Exception as exc:  # obstore's errors share no base with OSError
