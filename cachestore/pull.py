@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -229,8 +230,13 @@ def pull_on_miss(
     if remote is None or store.readonly:
         return None
     step = progress or (lambda stage, done, total: None)
+
+    def pull() -> PullReport | None:
+        return pull_avatar(store, remote, avatar, lambda done, total: step("pull", done, total))
+
     try:
-        report = pull_avatar(store, remote, avatar, lambda done, total: step("pull", done, total))
+        # in a Ray cluster, one node builds and the others wait, then pull (ray_flight.py)
+        report = _cluster_pull(store, avatar, pull, say)
     except RemoteDamagedError as exc:
         store.count("remote_damaged")
         say(f"warning: {exc}")
@@ -245,3 +251,18 @@ def pull_on_miss(
         return None
     say(report.line())
     return report
+
+
+def _cluster_pull(store: Store, avatar: str, pull: Callable[[], Any], say: Callable[[str], None]):
+    from cachestore import ray_flight
+
+    if not os.environ.get(ray_flight.ADDRESS_ENV):
+        return pull()
+    try:
+        claim = ray_flight.lease(store, avatar)
+    except Exception as exc:  # no cluster after all: this node's flock still holds
+        say(f"warning: no cluster-wide single flight ({type(exc).__name__}: {exc}); pulling alone")
+        return pull()
+    if claim is None:
+        return pull()
+    return ray_flight.before_pull(store, avatar, pull, say, ray_flight.WAIT)

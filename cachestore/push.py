@@ -200,7 +200,13 @@ def push_after_build(
     except RemoteError as exc:
         (say or logger.warning)(f"warning: {exc}")
         return None
-    return None if remote is None else push_in_background(store, remote, avatar, say)
+    if remote is None:
+        return None
+    thread = push_in_background(store, remote, avatar, say)
+    from cachestore import ray_flight
+
+    ray_flight.held_push(store, avatar, thread)  # another node waits for this push, not less
+    return thread
 
 
 def wait_for_pushes(timeout: float = BACKGROUND_JOIN) -> bool:
