@@ -137,7 +137,9 @@ def application(
             "num_gpus": gpus,
             "runtime_env": {"env_vars": settings_env(settings)},
         },
-        max_ongoing_requests=options.get("queue_size", 16) + options.get("workers", 1),
+        # a replica takes what its workers can run (plus one being handed over); the rest
+        # wait in Serve, which sends them to whichever replica frees up first
+        max_ongoing_requests=options.get("workers", 1) + 1,
         **scaling,
     )
     @serve.ingress(build)
