@@ -121,11 +121,8 @@ def served(cluster):
     deadline = time.monotonic() + READY
     while True:
         assert proc.poll() is None, (root / "serve.log").read_text()[-3000:]
-        try:
-            if httpx.get(url + "/readyz", timeout=5).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
+        if ready(url):
+            break
         assert time.monotonic() < deadline, (root / "serve.log").read_text()[-3000:]
         time.sleep(0.5)
     yield {**cluster, "url": url}
@@ -243,7 +240,15 @@ def test_replica_killed_mid_request_is_an_error_not_a_hang(served):
     response = outcome.get("response")
     assert response is None or response.status_code >= 500 or response.status_code == 200, outcome
     # Serve starts a new replica and the service answers again
+    print(f"client saw: {outcome}")  # which of the two, in the -s output
     deadline = time.monotonic() + READY
-    while httpx.get(url + "/readyz", timeout=30).status_code != 200:
+    while not ready(url):
         assert time.monotonic() < deadline, "the service did not come back"
         time.sleep(0.5)
+
+
+def ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/readyz", timeout=30).status_code == 200
+    except httpx.TransportError:
+        return False
