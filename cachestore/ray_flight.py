@@ -128,14 +128,25 @@ class Lease:
         finally:
             os.close(fd)  # also drops the lock this probe may have taken
 
+    def busy(self) -> bool:
+        return self._building() or any(t.is_alive() for t in self.pushes)
+
+    def release(self) -> None:
+        import ray
+
+        ray.get(self.actor.release.remote(self.key, self.holder))
+
     def _keep(self) -> None:
         import ray
 
         try:
-            while self._building() or any(t.is_alive() for t in self.pushes):
-                ray.get(self.actor.acquire.remote(self.key, self.holder, TTL))
-                time.sleep(min(TTL / 3, 1.0))
-            ray.get(self.actor.release.remote(self.key, self.holder))
+            renewed = time.monotonic()
+            while self.busy():
+                if time.monotonic() - renewed > TTL / 3:
+                    ray.get(self.actor.acquire.remote(self.key, self.holder, TTL))
+                    renewed = time.monotonic()
+                time.sleep(POLL)
+            self.release()
         except Exception as exc:  # the cluster went away: the lease runs out by itself
             logger.warning("lease of avatar %s not renewed: %s", self.key[:16], exc)
 
@@ -152,6 +163,18 @@ def lease(store: Any, key: str) -> Lease | None:
     if found is None:
         found = _LEASES[(str(store.path), key)] = Lease(actor, str(store.path), key)
     return found
+
+
+def release_done() -> None:
+    """Release now every lease of this process whose build and push have ended: a Ray
+    task calls it before it returns, as its process may end before the renewing thread
+    next looks (then the other nodes would wait out the TTL)."""
+    for claim in list(_LEASES.values()):
+        if not claim.busy():
+            try:
+                claim.release()
+            except Exception as exc:  # the lease runs out by itself
+                logger.warning("lease of avatar %s not released: %s", claim.key[:16], exc)
 
 
 def held_push(store: Any, key: str, thread: threading.Thread) -> None:

@@ -40,6 +40,7 @@ def build_one(persona: str, attire: str, motion: str, path: str) -> TaskResult:
     import ray
 
     from cachestore.push import wait_for_pushes
+    from cachestore.ray_flight import release_done
     from cachestore.store import open_store
     from hotplate.ray_serve import node_settings
     from pipeline.catalog import recipe_for
@@ -54,6 +55,7 @@ def build_one(persona: str, attire: str, motion: str, path: str) -> TaskResult:
         recipe = recipe_for(settings.personas, persona, settings.recipe)
         report = precompile(Path(path), recipe, store, flight_wait=settings.flight_wait)
         wait_for_pushes()  # the task returns once the tier has what it built
+        release_done()  # and the other nodes need not wait for its lease to run out
         state = "pulled" if report.pulled is not None else "hot already" if report.hit else "built"
         failed_push = (store.read_value("meta", "count:push_failures") or 0) > failures
         seconds = time.perf_counter() - start

@@ -147,6 +147,8 @@ def test_a_render_builds_on_one_node_and_the_other_node_pulls(served):
     assert first.headers["x-hotplate-cache"] == "jit"
     builder = nodes[first.headers["x-hotplate-node"]]
     assert counters(caches[builder])["misses"] == 1
+    # the render worker that built it joined the cluster for the single flight
+    assert replica_children_in_cluster(), "no render worker joined the cluster as a driver"
     # Serve spreads unrouted requests by queue length: ask until the other node answers
     other = None
     for _ in range(24):
@@ -229,7 +231,7 @@ def test_replica_killed_mid_request_is_an_error_not_a_hang(served):
     assert leases, f"the render never started: {outcome}"
     # the lease is the render worker's; its parent is the Serve replica that runs it
     worker = leases[0].holder.pid
-    replica = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    replica = parent(worker)
     assert "ServeReplica" in Path(f"/proc/{replica}/cmdline").read_text(errors="replace")
     os.kill(replica, signal.SIGKILL)
     thread.join(timeout=300)
@@ -245,6 +247,25 @@ def test_replica_killed_mid_request_is_an_error_not_a_hang(served):
     while not ready(url):
         assert time.monotonic() < deadline, "the service did not come back"
         time.sleep(0.5)
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def replica_children_in_cluster() -> list[int]:
+    """Live Ray drivers whose parent is a Serve replica: its render workers."""
+    import ray
+
+    found = []
+    for job in ray._private.state.jobs():
+        pid = int(job.get("DriverPid") or 0)
+        if job.get("IsDead") or not pid or not Path(f"/proc/{pid}").exists():
+            continue
+        cmdline = Path(f"/proc/{parent(pid)}/cmdline").read_text(errors="replace")
+        if "ServeReplica" in cmdline:
+            found.append(pid)
+    return found
 
 
 def ready(url: str) -> bool:
