@@ -33,7 +33,8 @@ from typing import Any
 from cachestore.errors import StoreError
 
 CONNECT_TIMEOUT = "2s"  # a host that does not answer: give up fast and build locally
-REQUEST_TIMEOUT = "30s"  # one object, headers to last byte (the largest blobs are ~100 MB)
+REQUEST_TIMEOUT = 30.0  # seconds for one object, headers to last byte (blobs reach ~100 MB)
+TIMEOUT_ENV = "HOTPLATE_REMOTE_TIMEOUT"  # overrides REQUEST_TIMEOUT (a slow LAN, the tests)
 RETRIES = 2  # 5xx and dropped connections, within RETRY_WINDOW
 RETRY_WINDOW = timedelta(seconds=5)
 DOWN_SECONDS = 60.0  # after a failure, this process builds locally without asking again
@@ -127,9 +128,10 @@ def open_remote(url: str) -> Remote:
             return found
         from obstore.store import from_url
 
+        timeout = float(os.environ.get(TIMEOUT_ENV) or REQUEST_TIMEOUT)
         options = {
             "connect_timeout": CONNECT_TIMEOUT,
-            "timeout": REQUEST_TIMEOUT,
+            "timeout": timedelta(seconds=timeout),
             "allow_http": True,  # loopback and LAN caches are plain HTTP, as bazel-remote's
         }
         retry = {"max_retries": RETRIES, "retry_timeout": RETRY_WINDOW}

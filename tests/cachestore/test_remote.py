@@ -244,6 +244,49 @@ def test_unreachable_remote_warns_once_then_builds_locally(world):
         close(world / "fresh")
 
 
+def test_slow_remote_times_out_warns_and_builds_locally(world, monkeypatch):
+    """A tier that accepts connections and never answers: the request timeout ends the
+    wait (shortened here through HOTPLATE_REMOTE_TIMEOUT), then a local build."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:  # take every connection, read nothing, answer nothing
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/tier"
+    monkeypatch.setenv("HOTPLATE_REMOTE_TIMEOUT", "1")
+    lines: list[str] = []
+    try:
+        attach(world / "fresh", url)
+        store = open_store(world / "fresh")
+        report = precompile(world.joinpath(*SOURCE), Recipe(), store, on_wait=lines.append)
+        assert not report.hit and report.pulled is None
+        assert store.get_avatar(report.avatar) is not None
+        (line,) = [x for x in lines if url in x and "push" not in x]
+        assert "building locally" in line, lines
+        assert held, "the pull never reached the stalling server"
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        for conn in held:
+            conn.close()
+        server.close()
+        close(world / "fresh")
+
+
 def test_hot_render_never_asks_the_remote(world, monkeypatch):
     # the tier is a port where nothing listens: any request would print a warning
     monkeypatch.setenv(ENV, f"http://127.0.0.1:{free_port()}/tier")

@@ -55,7 +55,7 @@ def cluster(tmp_path_factory):
     from ray.cluster_utils import Cluster
 
     root = tmp_path_factory.mktemp("ray")
-    make_world(root, ("studio", "gala", "beach", "dusk"))
+    make_world(root, ("studio", "gala", "beach", "dusk", "noon"))
     speech(root / "speech.wav", 1.0)
     speech(root / "long.wav", 30.0, seed=1)
     tier = Nginx(root / "nginx").start()
@@ -163,6 +163,30 @@ def test_a_render_builds_on_one_node_and_the_other_node_pulls(served):
     assert counters(caches[builder])["misses"] == 1  # and nothing built twice
 
 
+def test_four_concurrent_cold_renders_over_http_make_one_precompile(served):
+    root, url, nodes, caches = served["root"], served["url"], served["nodes"], served["caches"]
+    before = {n: counters(c) for n, c in caches.items()}
+    responses: list = [None] * 4
+
+    def call(i: int) -> None:
+        responses[i] = render(url, root, "noon")
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert all(r is not None and r.status_code == 200 for r in responses), responses
+    after = {n: counters(c) for n, c in caches.items()}
+    built = sum(after[n].get("misses", 0) - before[n].get("misses", 0) for n in caches)
+    assert built == 1, (before, after)
+    served_by = {nodes[r.headers["x-hotplate-node"]] for r in responses}
+    print(f"four cold renders served by {sorted(served_by)}")
+    if len(served_by) == 2:  # Serve spread them: the node that did not build pulled
+        pulled = sum(after[n].get("pulls", 0) - before[n].get("pulls", 0) for n in caches)
+        assert pulled == 1, (before, after)
+
+
 def test_four_concurrent_cold_precompiles_across_both_nodes_make_one(cluster):
     import ray
 
@@ -199,7 +223,7 @@ def test_sync_on_ray_pushes_what_it_builds(cluster):
     )
     assert result.returncode == 0, result.stderr
     assert ", 0 failed on" in result.stdout and "built" in result.stdout, result.stdout
-    assert "[5/5]" in result.stderr, result.stderr  # four loops and the portrait
+    assert "[6/6]" in result.stderr, result.stderr  # five loops and the portrait
     # every file is on the tier now: a fresh store pulls them all, building none
     pull = subprocess.run(
         [sys.executable, "-m", "hotplate.cli", "--personas", str(root / "personas"),
@@ -207,7 +231,7 @@ def test_sync_on_ray_pushes_what_it_builds(cluster):
         cwd=root, env=hotplate_env(cluster), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert pull.returncode == 0, pull.stderr
-    assert "5 pulled" in pull.stdout, pull.stdout
+    assert "6 pulled" in pull.stdout, pull.stdout
 
 
 def test_replica_killed_mid_request_is_an_error_not_a_hang(served):
