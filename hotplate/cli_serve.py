@@ -120,9 +120,11 @@ def serve(
         )
     import uvicorn
 
+    from cachestore.remote import attach
     from hotplate.serve.app import ServeConfig, create_app
 
     settings = ctx.find_object(Settings)
+    attach(settings.cache, settings.remote)  # the render workers pull and push through it
     config = ServeConfig(
         settings=settings,
         workers=workers,

@@ -327,6 +327,28 @@ def avatar_key_open(store) -> str:
     return key
 
 
+@pytest.mark.slow
+def test_hotplate_serve_pulls_through_the_remote_in_hotplate_toml(world, tier):
+    """The `remote` setting from hotplate.toml reaches the server's render workers."""
+    from tests.hotplate.serve_helpers import Server
+
+    assert push(world, world / "built", tier).returncode == 0
+    (world / "hotplate.toml").write_text(f'remote = "{tier.url}"\n')
+    server = Server(world).start()  # its store is world/cache: empty
+    try:
+        with server.client() as client, open(world / "speech.wav", "rb") as audio:
+            response = client.post(
+                "/v1/lip-sync",
+                data={"persona": "astro", "attire": "studio"},
+                files={"audio": ("speech.wav", audio, "audio/wav")},
+            )
+        assert response.status_code == 200, response.text
+    finally:
+        server.kill9()
+    seen = counters(world, world / "cache")
+    assert seen["pulls"] == 1 and seen.get("misses", 0) == 0, seen
+
+
 def test_bad_remote_url_is_one_line(world):
     from cachestore.remote import RemoteError
 
