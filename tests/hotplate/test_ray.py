@@ -4,6 +4,8 @@ this machine on 127.0.0.1, one CPU each), each node with its own store
 
 - the real `hotplate serve --ray` CLI deploys two replicas, one per node; a render that
   lands on one node builds, the same avatar on the other node is pulled, not built;
+  requests naming an avatar (multiplexed model id) stick to one replica; four
+  concurrent cold renders over HTTP make one build;
 - four concurrent cold precompiles, two pinned to each node, make one build;
 - `hotplate sync --ray`'s tasks push what they build;
 - a replica killed mid-request gives the client an error, not a hang.
@@ -161,6 +163,26 @@ def test_a_render_builds_on_one_node_and_the_other_node_pulls(served):
     seen = counters(caches[other])
     assert seen.get("misses", 0) == 0 and seen["pulls"] == 1, seen  # pulled, not built
     assert counters(caches[builder])["misses"] == 1  # and nothing built twice
+
+
+def test_requests_naming_an_avatar_stick_to_the_replica_that_has_it(served):
+    """Serve's model multiplexing with the avatar's names as the model id: without the
+    header requests spread over both replicas (the test above relies on it), with it
+    they all go to the replica that served that avatar first."""
+    root, url, nodes = served["root"], served["url"], served["nodes"]
+    seen = set()
+    for _ in range(6):
+        with open(root / "speech.wav", "rb") as f:
+            response = httpx.post(
+                url + "/v1/lip-sync",
+                data={"persona": "astro", "attire": "studio"},
+                files={"audio": ("speech.wav", f, "audio/wav")},
+                headers={"serve_multiplexed_model_id": "astro/studio"},
+                timeout=300,
+            )
+        assert response.status_code == 200, response.text
+        seen.add(nodes[response.headers["x-hotplate-node"]])
+    assert len(seen) == 1, seen
 
 
 def test_four_concurrent_cold_renders_over_http_make_one_precompile(served):
