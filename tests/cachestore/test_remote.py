@@ -349,6 +349,19 @@ def test_hotplate_serve_pulls_through_the_remote_in_hotplate_toml(world, tier):
     assert seen["pulls"] == 1 and seen.get("misses", 0) == 0, seen
 
 
+def test_push_and_pull_by_persona(world, tier):
+    pushed = push(world, world / "built", tier, "--persona", "astro")
+    assert pushed.returncode == 0 and "1 avatars on" in pushed.stdout, pushed.stderr
+    pulled = cli.hotplate(
+        world, world / "fresh", "pull", "--remote", tier.url, "--persona", "astro"
+    )
+    assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stderr
+    ghost = cli.hotplate(world, world / "fresh", "pull", "--remote", tier.url, "--persona", "ghost")
+    assert ghost.returncode == 2 and "no files for persona ghost" in ghost.stderr, ghost.stderr
+    bare = cli.hotplate(world, world / "fresh", "pull")  # no remote anywhere
+    assert bare.returncode == 2 and "HOTPLATE_REMOTE" in bare.stderr, bare.stderr
+
+
 def test_bad_remote_url_is_one_line(world):
     from cachestore.remote import RemoteError
 
