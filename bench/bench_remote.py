@@ -136,6 +136,7 @@ def fleet(world: Path, nginx: Nginx, args) -> None:
     import subprocess
 
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray on 127.0.0.1 only
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # and no usage report sent anywhere
     from ray.cluster_utils import Cluster
 
     from pipeline.synthetic import write_loop_video as loop

@@ -151,6 +151,7 @@ def application(
 
 def connect(address: str) -> None:
     """Join the cluster at `address`; `auto` or `local`: the one running here, else a new one."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # hotplate sends nothing home
     import ray
 
     kwargs = {"namespace": "hotplate", "log_to_driver": False, "logging_level": "ERROR"}

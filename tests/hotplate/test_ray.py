@@ -32,6 +32,8 @@ from tests.hotplate.serve_helpers import free_port, make_world, speech
 
 pytestmark = pytest.mark.slow
 
+# Ray on 127.0.0.1 (read when ray is imported: set before), and no usage report sent
+LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 READY = 300.0  # seconds: a cluster, Serve and two replicas starting on 2 busy cores
 
 
@@ -47,11 +49,10 @@ def ray_or_fail():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    # every Ray process of the test (nodes, drivers, replicas, workers) on 127.0.0.1: with
-    # this, read when ray is imported, Ray takes the loopback address as the node's
-    # instead of the first interface's
-    saved = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    # every Ray process of the test (nodes, drivers, replicas, workers) inherits these:
+    # Ray then takes 127.0.0.1 as each node's address, not the first interface's
+    saved = {k: os.environ.get(k) for k in LOOPBACK_ONLY}
+    os.environ.update(LOOPBACK_ONLY)
     ray_or_fail()
     import ray
     from ray.cluster_utils import Cluster
@@ -90,10 +91,11 @@ def cluster(tmp_path_factory):
     ray.shutdown()
     c.shutdown()
     tier.stop()
-    if saved is None:
-        os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-    else:
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = saved
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def counters(cache: Path) -> dict[str, int]:
