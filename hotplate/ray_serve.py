@@ -192,10 +192,17 @@ def deploy(
 
 
 def run_forever(url: str, echo: Any) -> None:
-    """Block until Ctrl-C, then take the app down (the cluster stays)."""
+    """Block until Ctrl-C or SIGTERM, then take the app down (the cluster stays)."""
+    import signal
+
     from ray import serve
 
-    echo(f"hotplate serve --ray: {url} (Ctrl-C stops the app, not the cluster)")
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM (systemd, docker stop) takes the app down as Ctrl-C does
+    signal.signal(signal.SIGTERM, stop)
+    echo(f"hotplate serve --ray: {url} (Ctrl-C or SIGTERM stops the app, not the cluster)")
     try:
         while True:
             time.sleep(3600)
