@@ -20,7 +20,10 @@ def open_cache(settings: Settings, readonly: bool = False, fallback_readonly: bo
     """The store; with fallback_readonly, a store this user cannot write opens read-only
     (a hot render, resolve and ls need no write access)."""
     from cachestore.errors import StoreNotWritableError
+    from cachestore.remote import attach
     from cachestore.store import open_store
+
+    attach(settings.cache, settings.remote)  # misses pull from it, builds push to it
 
     # a cache path that is a file goes on to open_store, which names the problem
     if readonly and not settings.cache.is_file() and not (settings.cache / "data.mdb").exists():

@@ -105,9 +105,26 @@ def read_tokens(path: Path) -> tuple[str, ...]:
     type=click.Path(path_type=Path, file_okay=False),
     help="Job records (jobs.sqlite) and videos [default: <cache>-serve beside the store].",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    help="Deploy on the Ray cluster at ADDRESS as a Ray Serve app ('auto': the local "
+    "one, started if none) [needs hotplate[ray]].",
+)
+@click.option("--replicas", type=click.IntRange(min=1), default=2, show_default=True,
+              help="With --ray: replicas (each with --workers render workers).")  # fmt: skip
+@click.option("--max-replicas", type=click.IntRange(min=1),
+              help="With --ray: autoscale on queue depth up to this many.")  # fmt: skip
+@click.option("--per-node", type=click.IntRange(min=1),
+              help="With --ray: at most this many replicas on one node.")  # fmt: skip
 @click.pass_context
 def serve(
     ctx: click.Context,
+    ray_address: str | None,
+    replicas: int,
+    max_replicas: int | None,
+    per_node: int | None,
     host: str,
     port: int,
     workers: int,
@@ -150,9 +167,11 @@ def serve(
     serve_log.addHandler(handler)
     serve_log.setLevel(logging.INFO)
 
+    from cachestore.remote import attach
     from hotplate.serve.app import ServeConfig, create_app
 
     settings = ctx.find_object(Settings)
+    attach(settings.cache, settings.remote)  # the render workers pull and push through it
     config = ServeConfig(
         settings=settings,
         workers=workers,
@@ -169,6 +188,14 @@ def serve(
         retention_hours=retention_hours,
         data_dir=data,
     )
+    if ray_address is not None:  # the same app and config, as replicas on a Ray cluster
+        from dataclasses import fields
+
+        from hotplate.ray_serve import deploy, run_forever
+
+        options = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "settings"}
+        url = deploy(settings, options, ray_address, replicas, host, port, max_replicas, per_node)
+        return run_forever(url, click.echo)
     from hotplate.serve.jobs import claim_data_dir
 
     claim_data_dir(config.data)  # before the port: a second server refuses in one line
