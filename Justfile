@@ -14,11 +14,13 @@ setup:
     stamp=.venv/.setup-done
     if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then exit 0; fi
     # rsync for the watcher's sync tests, espeak-ng for speech in the demo, chromium for
-    # the serve page's browser test (Playwright drives it; no browser is downloaded)
-    if ! command -v rsync >/dev/null || ! command -v espeak-ng >/dev/null || ! command -v chromium >/dev/null; then
+    # the serve page's browser test (Playwright drives it; no browser is downloaded),
+    # nginx and openssl for the serve-behind-a-TLS-proxy test (README's nginx block) and the
+    # blob tier's tests (a real nginx with dav_methods PUT on loopback)
+    if ! command -v rsync >/dev/null || ! command -v espeak-ng >/dev/null || ! command -v chromium >/dev/null || ! [ -x /usr/sbin/nginx ] || ! command -v openssl >/dev/null; then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-            (apt-get install -y -qq rsync espeak-ng chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq rsync espeak-ng chromium >/dev/null; }) \
-                || echo "warning: could not install rsync/espeak-ng/chromium; the rsync and browser tests will fail or skip" >&2
+            (apt-get install -y -qq rsync espeak-ng chromium nginx openssl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq rsync espeak-ng chromium nginx openssl >/dev/null; }) \
+                || echo "warning: could not install rsync/espeak-ng/chromium/nginx/openssl; the rsync, browser, proxy and blob tier tests will fail (CI) or skip" >&2
         fi
     fi
     [ -x {{py}} ] || python3 -m venv .venv

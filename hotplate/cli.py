@@ -120,11 +120,12 @@ def main() -> None:
 
 
 def _register_commands() -> None:
+    from hotplate.cli_remote import REMOTE_COMMANDS
     from hotplate.cli_serve import serve  # light: FastAPI and uvicorn load when it runs
     from hotplate.cli_store import STORE_COMMANDS
     from hotplate.cli_watch import sync, watch  # light: heavy work happens in workers
 
-    for command in (*STORE_COMMANDS, watch, sync, serve):
+    for command in (*STORE_COMMANDS, *REMOTE_COMMANDS, watch, sync, serve):
         cli.add_command(command)
 
 

@@ -23,7 +23,10 @@ def open_cache(settings: Settings, readonly: bool = False, fallback_readonly: bo
     """The store; with fallback_readonly, a store this user cannot write opens read-only
     (a hot render, resolve and ls need no write access)."""
     from cachestore.errors import StoreNotWritableError
+    from cachestore.remote import attach
     from cachestore.store import open_store
+
+    attach(settings.cache, settings.remote)  # misses pull from it, builds push to it
 
     # a cache path that is a file goes on to open_store, which names the problem
     if readonly and not settings.cache.is_file() and not (settings.cache / "data.mdb").exists():
@@ -85,12 +88,21 @@ class FieldDefault(click.Option):
 
     def __init__(self, *args: Any, field: str, scale: float = 1.0, **kwargs: Any) -> None:
         kwargs.setdefault("show_default", True)
-        super().__init__(*args, **kwargs)
         self.field_ref, self.scale = field, scale
+        super().__init__(*args, **kwargs)
 
-    def get_default(self, ctx: click.Context, call: bool = True) -> Any:
+    @property
+    def default(self) -> Any:
+        """The field's value, read when asked (click's `Parameter.default`, for callers)."""
         value = field_default(self.field_ref)
         return value * self.scale if self.scale != 1.0 else value
+
+    @default.setter
+    def default(self, value: Any) -> None:  # click sets it in __init__; the field holds it
+        pass
+
+    def get_default(self, ctx: click.Context, call: bool = True) -> Any:
+        return self.default
 
 
 def default_help(value: object, *more: str, env: str = "") -> str:

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import click
 
-from hotplate.cli_common import FieldDefault
+from hotplate.cli_common import FieldDefault, default_help
 from hotplate.settings import Settings
 
 TOKEN_ENV = "HOTPLATE_TOKEN"
+ADMIN_TOKEN_ENV = "HOTPLATE_ADMIN_TOKEN"
 
 
 def is_loopback(host: str) -> bool:
@@ -25,6 +26,12 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def read_tokens(path: Path) -> tuple[str, ...]:
+    """The tokens in a file, one per line (blank lines and # comments skipped)."""
+    lines = (line.strip() for line in path.read_text().splitlines())
+    return tuple(line for line in lines if line and not line.startswith("#"))
 
 
 @click.command()
@@ -40,26 +47,52 @@ def is_loopback(host: str) -> bool:
     "--workers",
     type=click.IntRange(min=1),
     cls=FieldDefault,
-    field="hotplate.serve.app:ServeConfig.workers",
+    field="hotplate.serve.config:ServeConfig.workers",
     help="Render worker processes; each loads the models once and keeps them.",
 )
 @click.option(
     "--queue-size",
     type=click.IntRange(min=1),
     cls=FieldDefault,
-    field="hotplate.serve.app:ServeConfig.queue_size",
+    field="hotplate.serve.config:ServeConfig.queue_size",
     help="Jobs that may wait for a worker; beyond it requests get 429 with Retry-After.",
 )
 @click.option(
     "--token-file",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help=f"File holding the bearer token POST and DELETE need  [default: env {TOKEN_ENV}]",
+    help="File of bearer tokens, one per client and line, that every /v1 route and video "
+    "needs; a job can be cancelled only with the token that made it."
+    + default_help(f"env {TOKEN_ENV}"),
+)
+@click.option(
+    "--admin-token-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="File holding a token that may also cancel or delete any job."
+    + default_help(f"env {ADMIN_TOKEN_ENV}"),
+)
+@click.option(
+    "--public-metrics",
+    is_flag=True,
+    help="Serve /metrics without a token (for a Prometheus that cannot send one).",
+)
+@click.option(
+    "--allow-origin",
+    multiple=True,
+    metavar="URL",
+    help="A web app origin (https://studio.example) whose pages may POST and DELETE; repeatable.",
+)
+@click.option(
+    "--allowed-host",
+    multiple=True,
+    metavar="NAME",
+    help="A name this server answers to besides loopback and --host (a reverse proxy's "
+    "public name); repeatable, '*' for any.",
 )
 @click.option(
     "--max-upload-mb",
     type=click.FloatRange(min=0.001),
     cls=FieldDefault,
-    field="hotplate.serve.app:ServeConfig.max_upload_bytes",
+    field="hotplate.serve.config:ServeConfig.max_upload_bytes",
     scale=1e-6,
     help="Largest audio upload (413 above it).",
 )
@@ -67,14 +100,14 @@ def is_loopback(host: str) -> bool:
     "--max-audio-seconds",
     type=click.FloatRange(min=0.1),
     cls=FieldDefault,
-    field="hotplate.serve.app:ServeConfig.max_audio_seconds",
-    help="Longest audio clip (422 above it).",
+    field="hotplate.serve.config:ServeConfig.max_audio_seconds",
+    help="Longest audio clip (422 above it; checked before the clip is decoded whole).",
 )
 @click.option(
     "--retention-hours",
     type=click.FloatRange(min=0),
     cls=FieldDefault,
-    field="hotplate.serve.app:ServeConfig.retention_hours",
+    field="hotplate.serve.config:ServeConfig.retention_hours",
     help="Hours a finished render's video is kept; its record stays, marked expired.",
 )
 @click.option(
@@ -82,14 +115,35 @@ def is_loopback(host: str) -> bool:
     type=click.Path(path_type=Path, file_okay=False),
     help="Job records (jobs.sqlite) and videos  [default: <cache>-serve beside the store]",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    help="Deploy on the Ray cluster at ADDRESS as a Ray Serve app ('auto': the local "
+    "one, started if none) [needs hotplate[ray]].",
+)
+@click.option("--replicas", type=click.IntRange(min=1), default=2, show_default=True,
+              help="With --ray: replicas (each with --workers render workers).")  # fmt: skip
+@click.option("--max-replicas", type=click.IntRange(min=1),
+              help="With --ray: autoscale on queue depth up to this many.")  # fmt: skip
+@click.option("--per-node", type=click.IntRange(min=1),
+              help="With --ray: at most this many replicas on one node.")  # fmt: skip
 @click.pass_context
 def serve(
     ctx: click.Context,
+    ray_address: str | None,
+    replicas: int,
+    max_replicas: int | None,
+    per_node: int | None,
     host: str,
     port: int,
     workers: int,
     queue_size: int,
     token_file: Path | None,
+    admin_token_file: Path | None,
+    public_metrics: bool,
+    allow_origin: tuple[str, ...],
+    allowed_host: tuple[str, ...],
     max_upload_mb: float,
     max_audio_seconds: float,
     retention_hours: float,
@@ -99,31 +153,59 @@ def serve(
 
     POST /v1/lip-sync (multipart: persona, attire, motion, backend, audio) returns the
     MP4; /v1/renders queues jobs with progress as Server-Sent Events. OpenAPI at /docs.
-    Listening beyond loopback needs a token (--token-file or HOTPLATE_TOKEN).
+    Listening beyond loopback needs a token (--token-file or HOTPLATE_TOKEN); with one,
+    every /v1 route and video needs it, and /metrics unless --public-metrics.
     """
     token = os.environ.get(TOKEN_ENV) or None
-    if token_file is not None:
-        token = token_file.read_text().strip() or None
-    if not is_loopback(host) and token is None:
+    tokens = read_tokens(token_file) if token_file is not None else ()
+    admin = os.environ.get(ADMIN_TOKEN_ENV) or None
+    if admin_token_file is not None:
+        admin = next(iter(read_tokens(admin_token_file)), None)
+    if not is_loopback(host) and not (token or tokens or admin):
         raise click.UsageError(
             f"--host {host} is reachable beyond this machine; set a token "
             f"({TOKEN_ENV} or --token-file) or listen on 127.0.0.1"
         )
+    import logging
+
     import uvicorn
 
+    # The guard's refusals and every problem's full detail, by request id (stderr).
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    serve_log = logging.getLogger("hotplate.serve")
+    serve_log.addHandler(handler)
+    serve_log.setLevel(logging.INFO)
+
+    from cachestore.remote import attach
     from hotplate.serve.app import ServeConfig, create_app
 
     settings = ctx.find_object(Settings)
+    attach(settings.cache, settings.remote)  # the render workers pull and push through it
     config = ServeConfig(
         settings=settings,
         workers=workers,
         queue_size=queue_size,
         token=token,
+        tokens=tokens,
+        admin_token=admin,
+        public_metrics=public_metrics,
+        host=host,
+        allowed_hosts=allowed_host,
+        allow_origins=allow_origin,
         max_upload_bytes=int(max_upload_mb * 1e6),
         max_audio_seconds=max_audio_seconds,
         retention_hours=retention_hours,
         data_dir=data,
     )
+    if ray_address is not None:  # the same app and config, as replicas on a Ray cluster
+        from dataclasses import fields
+
+        from hotplate.ray_serve import deploy, run_forever
+
+        options = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "settings"}
+        url = deploy(settings, options, ray_address, replicas, host, port, max_replicas, per_node)
+        return run_forever(url, click.echo)
     from hotplate.serve.records import claim_data_dir
 
     claim_data_dir(config.data)  # before the port: a second server refuses in one line

@@ -213,11 +213,26 @@ def store_facts(settings: Settings) -> dict:
             counters=stats.counters,
             last_gc=stats.last_gc,
         )
+    facts["remote"] = remote_facts(settings, facts.get("counters", {}))
     facts["leases"] = [
         {**info.holder.record(), "keys": list(info.keys)}
         for info in live_leases(settings.cache, clean=False)
     ]
     return facts
+
+
+REMOTE_COUNTERS = (
+    "pulls", "bytes_pulled", "remote_hits", "remote_misses", "remote_damaged",
+    "pushes", "bytes_pushed", "push_failures",
+)  # fmt: skip
+
+
+def remote_facts(settings: Settings, counters: dict) -> dict:
+    """The blob tier this store uses and its counters (0 until counted; cachestore/pull.py)."""
+    from cachestore.remote import remote_url
+
+    url = settings.remote or remote_url(settings.cache)
+    return {"url": url or None, **{k: counters.get(k, 0) for k in REMOTE_COUNTERS}}
 
 
 def daemon_lines(settings: Settings) -> list[str]:

@@ -28,8 +28,11 @@ def _settings(ctx: click.Context, personas: Path | None) -> Settings:
 
 
 def _config(settings: Settings, **options: object):
+    from cachestore.remote import attach
     from watcher.daemon import Config
     from watcher.worker import DEFAULT_JOB
+
+    attach(settings.cache, settings.remote)  # the workers' misses pull, their builds push
 
     return Config(
         personas=settings.personas,
@@ -181,10 +184,18 @@ class SyncProgress:
     "--retry-failed", is_flag=True, help="Also retry files that failed before though unchanged."
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log every decision on stderr.")
+@click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    help="Fan out as Ray tasks on the cluster at ADDRESS ('auto': the local one); each "
+    "pushes what it builds to the remote [needs hotplate[ray]].",
+)
 @with_retry_options
 @click.pass_context
 def sync(
     ctx: click.Context,
+    ray_address: str | None,
     personas: Path | None,
     workers: int,
     retry_failed: bool,
@@ -202,6 +213,8 @@ def sync(
     from watcher.daemon import Daemon
 
     settings = _settings(ctx, personas)
+    if ray_address is not None:
+        return _sync_on_ray(settings, ray_address)
     config = _config(
         settings,
         workers=workers,
@@ -246,4 +259,29 @@ def sync(
         + f" in {settings.personas}"
     )
     if failed or summary.failed or summary.failed_before:
+        sys.exit(1)
+
+
+def _sync_on_ray(settings: Settings, address: str) -> None:
+    from hotplate.ray_sync import sync_on_ray
+
+    if not settings.remote:
+        click.echo("warning: no remote set: each node keeps what it builds to itself", err=True)
+    results = sync_on_ray(settings, address, lambda line: click.echo(line, err=True))
+    rows = [
+        (r.persona, r.attire, r.motion, r.state, f"{r.seconds:.1f} s", r.node[:8], r.path)
+        for r in sorted(results, key=lambda r: r.path)
+    ]
+    if rows:
+        table(("persona", "attire", "motion", "state", "time", "node", "file"), rows)
+    failed = [r for r in results if r.state == "failed"]
+    for r in failed:
+        click.echo(f"failed {r.path}: {r.error}", err=True)
+    built = sum(r.state == "built" for r in results)
+    pulled = sum(r.state == "pulled" for r in results)
+    click.echo(
+        f"{built} built, {pulled} pulled, {len(results) - built - pulled - len(failed)} "
+        f"already hot, {len(failed)} failed on {address}"
+    )
+    if failed:
         sys.exit(1)

@@ -47,6 +47,11 @@ SETTINGS: dict[str, tuple[type, Any, str]] = {
         "seconds a precompile waits for another process building the same avatar",
     ),
     "map_size": (Size, lambda: Size("8G"), "initial LMDB map size (64M, 8G); it grows by itself"),
+    "remote": (
+        str,
+        lambda: "",
+        "blob tier shared by stores: http(s)://host/prefix or s3://bucket/prefix (empty: none)",
+    ),
 }
 RECIPE_FIELDS = {f.name for f in fields(Recipe)} - {"models_dir"}
 
@@ -61,6 +66,7 @@ class Settings:
     grace_hours: float
     flight_wait: float
     map_size: int
+    remote: str = ""
     recipe: Recipe = field(default_factory=Recipe)
     config_file: Path | None = None
 

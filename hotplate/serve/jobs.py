@@ -1,11 +1,12 @@
 """Jobs: their records (records.py) and the queue the workers serve (queue.py).
 
-hotplate/serve/app.py imports these names from here until its router split imports
-them from the two modules.
+app.py and the routers import these names from here until they import them from the
+two modules.
 """
 
 from hotplate.serve.queue import JobQueue, Stats
 from hotplate.serve.records import (
+    COLUMNS,
     FINISHED,
     Job,
     JobRecords,
@@ -16,6 +17,7 @@ from hotplate.serve.records import (
 )
 
 __all__ = [
+    "COLUMNS",
     "FINISHED",
     "Job",
     "JobQueue",

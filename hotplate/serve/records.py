@@ -49,6 +49,7 @@ class Job:
     status: int | None = None  # the HTTP status of a failure
     audio: str | None = None  # the uploaded file (deleted when the job ends)
     video: str | None = None  # the output (kept for the retention period)
+    owner: str | None = None  # the client that created it (guard.client_id); may cancel it
 
     def __post_init__(self) -> None:
         if self.jit is not None:  # SQLite gives 0/1 back
@@ -88,6 +89,9 @@ class JobRecords:
         cols = ", ".join(f"{c} {'TEXT PRIMARY KEY' if c == 'id' else ''}" for c in COLUMNS)
         with self.lock:
             self.db.execute(f"CREATE TABLE IF NOT EXISTS jobs ({cols})")
+            have = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
+            for missing in (c for c in COLUMNS if c not in have):  # records of older servers
+                self.db.execute(f"ALTER TABLE jobs ADD COLUMN {missing}")
 
     def save(self, job: Job) -> None:
         row = asdict(job)

@@ -20,6 +20,8 @@ from cachestore.flight import DEFAULT_WAIT, Holder, single_flight
 from cachestore.gc import discard_failed
 from cachestore.hashcache import file_digest, snapshot
 from cachestore.leases import Lease
+from cachestore.pull import pull_on_miss
+from cachestore.push import push_after_build
 from cachestore.store import Store
 from pipeline.frames import FrameSource
 from pipeline.hot import hot_check
@@ -44,6 +46,7 @@ class PrecompileReport:
         default_factory=dict
     )  # frames, keyframes, refined, healed, detections
     damaged: list[str] = field(default_factory=list)  # stages found damaged and rebuilt
+    pulled: float | None = None  # seconds, when it came from the blob tier (cachestore/pull.py)
 
     @property
     def hit(self) -> bool:
@@ -142,6 +145,10 @@ def _build_in_flight(
         if not force and _hit(store, keys, report):
             return report
         lease.extend(keys.stages.values())  # gc keeps what this build writes
+        if not force and (got := pull_on_miss(store, keys.avatar, tell, progress)):
+            if _hit(store, keys, report):  # another node built it: pulled, verified, hot
+                report.pulled = got.seconds
+                return report
         with snapshot(store, path, on_bytes) as (copy, snap_digest):
             if (
                 snap_digest != keys.source_digest
@@ -156,7 +163,9 @@ def _build_in_flight(
             store.count("misses")
             for attempt in range(2):
                 try:
-                    return _build(path, copy, recipe, store, keys, report, force, progress)
+                    report = _build(path, copy, recipe, store, keys, report, force, progress)
+                    push_after_build(store, report.avatar, tell)  # never fails the build
+                    return report
                 except MissingStageError:
                     if attempt:  # a stage vanished twice in a row: give up loudly
                         raise

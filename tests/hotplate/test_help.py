@@ -42,7 +42,7 @@ def test_serve_port_is_explained():
 
 
 def test_serve_and_watch_defaults_are_the_dataclasses_own():
-    from hotplate.serve.app import ServeConfig
+    from hotplate.serve.config import ServeConfig
     from watcher.daemon import Config
 
     serve = {p.name: p for p in cli.commands["serve"].params}

@@ -43,10 +43,12 @@ def test_tokens_guard_post_and_delete_and_a_full_queue_gets_429(world):
         assert_problem(c.post("/v1/precompile", data={"persona": "astro"}), 401)
         assert_problem(c.post("/v1/precompile", data={"persona": "astro"}, headers=wrong), 403)
         assert_problem(c.delete("/v1/renders/feedbeef", headers=wrong), 403)
-        assert c.get("/v1/renders").json()["renders"] == []  # nothing was queued
-        assert c.get("/v1/personas").status_code == 200  # reading needs no token
-
+        assert_problem(c.get("/v1/personas"), 401)  # reading needs the token too
         good = {"Authorization": f"Bearer {TOKEN}"}
+        c.headers.update(good)
+        assert c.get("/v1/renders").json()["renders"] == []  # nothing was queued
+        assert c.get("/v1/personas").status_code == 200
+
         # one worker, one queue slot, a cold attire: the third or fourth request is refused
         answers = [
             post_render(c, "/v1/renders", world / "long.wav", headers=good) for _ in range(4)

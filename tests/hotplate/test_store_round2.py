@@ -14,9 +14,9 @@ from pathlib import Path
 
 import av
 import numpy as np
-from pipeline.synthetic import write_loop_video
 
 from cachestore.flight import lock_path
+from hotplate.demo_data import write_loop_video
 from tests.hotplate.many_processes import (
     SIZE,
     as_json,

@@ -4,9 +4,47 @@
 const $ = (id) => document.getElementById(id);
 const state = { catalog: [], persona: null, attire: null, job: null, events: null, tokenRequired: false };
 
+// -- the token: asked for once (on the first 401), kept for this tab only ----------------
+
+const TOKEN_KEY = "hotplate-token";
+
 function authHeaders() {
-  const token = $("token").value.trim() || localStorage.getItem("hotplate-token") || "";
+  const token = sessionStorage.getItem(TOKEN_KEY) || "";
   return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+// fetch with the token; a 401 (or 403: a wrong token) asks for it and tries again. The
+// requests of one page load share the answer: a request refused with the token that was
+// set when it left only retries with the newer one, without asking again.
+async function api(url, options = {}) {
+  const call = () => fetch(url, { ...options, headers: { ...(options.headers || {}), ...authHeaders() } });
+  const used = sessionStorage.getItem(TOKEN_KEY);
+  let response = await call();
+  const wrong = response.status === 403 && /token is wrong/.test((await response.clone().text()));
+  if (response.status === 401 || wrong) {
+    if (sessionStorage.getItem(TOKEN_KEY) === used) {
+      const token = window.prompt("This hotplate server needs a token:");
+      if (!token || !token.trim()) return response;
+      sessionStorage.setItem(TOKEN_KEY, token.trim());
+    }
+    response = await call();
+  }
+  return response;
+}
+
+// <video src>, download links and EventSource cannot send a header: they get a URL signed
+// for that one path (GET /v1/sign), valid for an hour
+async function signed(path) {
+  if (!state.tokenRequired) return path;
+  const response = await api(`/v1/sign?path=${encodeURIComponent(path)}`);
+  if (!response.ok) throw new Error(await problemText(response));
+  return (await response.json()).url;
+}
+
+// <img src> the same way as fetch + a blob URL (a thumbnail is small)
+async function showImage(img, path) {
+  const response = await api(path);
+  if (response.ok) img.src = URL.createObjectURL(await response.blob());
 }
 
 async function problemText(response) {
@@ -40,7 +78,6 @@ async function loadServer() {
   try {
     const health = await (await fetch("/healthz")).json();
     state.tokenRequired = health.token_required;
-    $("token-box").classList.toggle("hidden", !health.token_required);
     const ready = await fetch("/readyz");
     const r = await ready.json();
     $("server-state").innerHTML = "";
@@ -59,7 +96,7 @@ function attiresOf(persona) {
 }
 
 async function loadCatalog() {
-  const response = await fetch("/v1/personas");
+  const response = await api("/v1/personas");
   if (!response.ok) return showError(await problemText(response));
   state.catalog = (await response.json()).personas;
   const personas = [...new Set(state.catalog.map((row) => row.persona))];
@@ -75,7 +112,11 @@ async function loadCatalog() {
       const hotRows = rows.filter((row) => row.state === "hot");
       const isHot = hotRows.length > 0;
       const thumb = el("div", { class: "thumb" });
-      if (isHot) thumb.append(el("img", { src: hotRows[0].thumbnail, alt: `${persona} ${attire}`, loading: "lazy" }));
+      if (isHot) {
+        const img = el("img", { alt: `${persona} ${attire}` });
+        showImage(img, hotRows[0].thumbnail);
+        thumb.append(img);
+      }
       else thumb.append(el("span", { class: "initials" }, persona.slice(0, 2).toUpperCase()));
       const badge = isHot ? (hotRows.length < rows.length ? `hot ${hotRows.length}/${rows.length}` : "hot") : "cold";
       thumb.append(el("span", { class: `badge ${isHot ? "hot" : "cold"}`, title: isHot ? "" : rows[0].why || "" }, badge));
@@ -139,11 +180,11 @@ function setProgress(job) {
     : step.startsWith("jit") ? `cold: precompiling (${step.slice(4)})` : step === "render" ? "rendering frames" : step;
 }
 
-function follow(job, onDone) {
+async function follow(job, onDone) {
   state.job = job;
   updateButtons();
   setProgress(job);
-  const events = new EventSource(`/v1/renders/${job.id}/events`);
+  const events = new EventSource(await signed(`/v1/renders/${job.id}/events`));
   state.events = events;
   events.addEventListener("progress", (e) => setProgress(JSON.parse(e.data)));
   const finish = (e) => {
@@ -163,9 +204,9 @@ function follow(job, onDone) {
   events.addEventListener("failed", finish);
 }
 
-function play(job) {
+async function play(job) {
   const player = $("player");
-  player.src = job.video_url;
+  player.src = await signed(job.video_url);
   player.load();
   const t = (x) => (x == null ? "–" : `${Number(x).toFixed(2)} s`);
   $("timings").textContent = `${job.jit ? `cold → precompiled just in time in ${t(job.jit_seconds)}` : "cache hit"} · first frame ${t(job.first_frame_seconds)} · total ${t(job.total_seconds)}`;
@@ -180,7 +221,7 @@ async function submitRender(event) {
   if ($("motion").value) form.append("motion", $("motion").value);
   if ($("backend").value) form.append("backend", $("backend").value);
   form.append("audio", $("audio").files[0]);
-  const response = await fetch("/v1/renders", { method: "POST", body: form, headers: authHeaders() });
+  const response = await api("/v1/renders", { method: "POST", body: form });
   if (!response.ok) return showError(await problemText(response));
   follow(await response.json(), play);
 }
@@ -191,20 +232,20 @@ async function precompile() {
   form.append("persona", state.persona);
   form.append("attire", $("attire").value);
   if ($("motion").value) form.append("motion", $("motion").value);
-  const response = await fetch("/v1/precompile", { method: "POST", body: form, headers: authHeaders() });
+  const response = await api("/v1/precompile", { method: "POST", body: form });
   if (!response.ok) return showError(await problemText(response));
   follow(await response.json(), () => { $("timings").textContent = "now hot"; });
 }
 
 async function cancel() {
   if (!state.job) return;
-  await fetch(`/v1/renders/${state.job.id}`, { method: "DELETE", headers: authHeaders() });
+  await api(`/v1/renders/${state.job.id}`, { method: "DELETE" });
 }
 
 // -- past renders -------------------------------------------------------------------------
 
 async function loadRenders() {
-  const response = await fetch("/v1/renders?limit=30");
+  const response = await api("/v1/renders?limit=30");
   if (!response.ok) return;
   const body = $("renders");
   body.innerHTML = "";
@@ -214,7 +255,15 @@ async function loadRenders() {
     if (job.video_url) {
       const open = el("a", { href: "#" }, "Play");
       open.addEventListener("click", (e) => { e.preventDefault(); play(job); });
-      actions.append(open, el("a", { href: job.video_url, download: "" }, "Download"));
+      const save = el("a", { href: job.video_url, download: "" }, "Download");
+      save.addEventListener("click", async (e) => {
+        if (save.dataset.signed) return;  // the second, signed click downloads
+        e.preventDefault();
+        save.href = await signed(job.video_url);
+        save.dataset.signed = "1";
+        save.click();
+      });
+      actions.append(open, save);
     } else if (job.error) {
       actions.append(el("span", { class: "err", title: job.error }, job.error.slice(0, 60)));
     }
@@ -233,8 +282,6 @@ async function loadRenders() {
 // -- wiring -------------------------------------------------------------------------------
 
 document.addEventListener("DOMContentLoaded", () => {
-  $("token").value = localStorage.getItem("hotplate-token") || "";
-  $("token").addEventListener("change", () => localStorage.setItem("hotplate-token", $("token").value.trim()));
   $("attire").addEventListener("change", () => { state.attire = $("attire").value; select(state.persona, state.attire); });
   $("audio").addEventListener("change", () => {
     const file = $("audio").files[0];
@@ -254,8 +301,6 @@ document.addEventListener("DOMContentLoaded", () => {
   $("precompile").addEventListener("click", precompile);
   $("cancel").addEventListener("click", cancel);
   $("refresh").addEventListener("click", () => { loadCatalog(); loadRenders(); loadServer(); });
-  loadServer();
-  loadCatalog();
-  loadRenders();
+  loadServer().then(() => { loadCatalog(); loadRenders(); });
   setInterval(loadServer, 10000);
 });

@@ -1,0 +1,215 @@
+"""`hotplate serve --ray`: the same FastAPI app (`create_app(ServeConfig)`) as a Ray Serve
+ingress, one app per replica, each with its render workers and models kept loaded.
+
+- Settings reach the replicas through Ray's runtime_env: every `HOTPLATE_*` setting and
+  recipe field, resolved on the driver (flags, hotplate.toml, environment).
+- Each node's replicas share that node's store at the configured cache path; a node whose
+  disks differ (or several nodes on one machine, as in the tests) sets
+  `HOTPLATE_NODE_CACHE` in the environment its `ray start` runs in, which beats the cache
+  setting there. A node that lacks an avatar pulls it from the blob tier (`remote`).
+- Routing by avatar: Serve's model multiplexing with the avatar's names as the model id.
+  A client that sends `serve_multiplexed_model_id: persona/attire[/motion]` gets a
+  replica that has served that avatar (it is hot in that node's store and its frames in
+  that node's page cache); without the header Serve spreads by queue length.
+- Single flight across the cluster: `cachestore/ray_flight.py` (a named actor), used by
+  every replica's render workers through `HOTPLATE_RAY_ADDRESS`.
+- Each response names the Ray node that served it (`x-hotplate-node`), for tests and
+  for an operator reading logs.
+
+Routes, auth and limits are the app's own; `/readyz` answers from a replica whose
+workers are up, and Serve sends traffic only to replicas whose start finished.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from hotplate.settings import RECIPE_FIELDS, SETTINGS, Settings
+
+NODE_CACHE_ENV = "HOTPLATE_NODE_CACHE"
+APP_NAME = "hotplate"
+MULTIPLEX_HEADER = "serve_multiplexed_model_id"
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """Every setting and recipe field as the HOTPLATE_* variables load_settings reads."""
+    env = {}
+    for name in SETTINGS:
+        value = getattr(settings, name)
+        # paths absolute: a replica's working directory is not the driver's
+        env[f"HOTPLATE_{name.upper()}"] = str(value.resolve() if isinstance(value, Path) else value)
+    for name in RECIPE_FIELDS:
+        env[f"HOTPLATE_{name.upper()}"] = str(getattr(settings.recipe, name))
+    return env
+
+
+def node_settings() -> Settings:
+    """The settings a replica or task runs with: runtime_env's, and this node's cache."""
+    import ray
+
+    from cachestore.ray_flight import ADDRESS_ENV
+    from cachestore.remote import attach
+    from hotplate.settings import load_settings
+
+    settings = load_settings()
+    if os.environ.get(NODE_CACHE_ENV):
+        settings.cache = Path(os.environ[NODE_CACHE_ENV])
+    attach(settings.cache, settings.remote)
+    # the render workers this process spawns join the cluster for its single flight
+    os.environ[ADDRESS_ENV] = ray.get_runtime_context().gcs_address
+    return settings
+
+
+_HOT: Any = None
+
+
+def _hot_loader() -> Any:
+    """Serve's multiplexed loader: an avatar "loaded" on a replica is one it served."""
+    global _HOT
+    if _HOT is None:
+        from ray import serve
+
+        @serve.multiplexed(max_num_models_per_replica=256)
+        async def hot(model_id: str) -> str:
+            return model_id
+
+        _HOT = hot
+    return _HOT
+
+
+def replica_app(options: dict[str, Any]) -> Any:
+    """The FastAPI app of one replica (Serve calls this in the replica)."""
+    import ray
+    from ray import serve
+
+    from hotplate.serve.app import ServeConfig, create_app
+
+    settings = node_settings()
+    # job records and videos are one server's own (`claim_data_dir`): each replica gets a
+    # folder of its own under the node's data dir, while the node's store is shared
+    base = options.get("data_dir") or ServeConfig(settings=settings).data
+    replica = serve.get_replica_context().replica_id.unique_id
+    options = {**options, "data_dir": Path(base) / f"replica-{replica}"}
+    app = create_app(ServeConfig(settings=settings, **options))
+    node = ray.get_runtime_context().get_node_id()
+
+    @app.middleware("http")
+    async def route_by_avatar(request: Any, call_next: Any) -> Any:
+        model = serve.get_multiplexed_model_id()
+        if model:
+            await _hot_loader()(model)  # Serve now routes this avatar's requests here
+        response = await call_next(request)
+        response.headers["x-hotplate-node"] = node
+        return response
+
+    return app
+
+
+def application(
+    settings: Settings,
+    options: dict[str, Any],
+    replicas: int,
+    max_replicas: int | None = None,
+    per_node: int | None = None,
+    gpus: float = 0.0,
+) -> Any:
+    """The Serve application: `replicas` copies (autoscaled on queue depth up to
+    `max_replicas`), at most `per_node` on one node, `gpus` GPUs each."""
+    from ray import serve
+
+    def build() -> Any:
+        return replica_app(options)
+
+    scaling: dict[str, Any] = {"num_replicas": replicas}
+    if max_replicas and max_replicas > replicas:
+        scaling = {
+            "autoscaling_config": {
+                "min_replicas": replicas,
+                "max_replicas": max_replicas,
+                "target_ongoing_requests": 2,  # queue depth per replica before another starts
+            }
+        }
+    if per_node:
+        scaling["max_replicas_per_node"] = per_node
+
+    @serve.deployment(
+        name="hotplate",
+        ray_actor_options={
+            "num_cpus": 1,
+            "num_gpus": gpus,
+            "runtime_env": {"env_vars": settings_env(settings)},
+        },
+        # a replica takes what its workers can run (plus one being handed over); the rest
+        # wait in Serve, which sends them to whichever replica frees up first
+        max_ongoing_requests=options.get("workers", 1) + 1,
+        **scaling,
+    )
+    @serve.ingress(build)
+    class Hotplate:
+        pass
+
+    return Hotplate.bind()
+
+
+def connect(address: str) -> None:
+    """Join the cluster at `address`; `auto` or `local`: the one running here, else a new one."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # hotplate sends nothing home
+    import ray
+
+    kwargs = {"namespace": "hotplate", "log_to_driver": False, "logging_level": "ERROR"}
+    if address in ("auto", "local"):
+        try:
+            ray.init(address="auto", **kwargs)
+        except ConnectionError:
+            ray.init(**kwargs)
+    else:
+        ray.init(address=address, **kwargs)
+
+
+def deploy(
+    settings: Settings,
+    options: dict[str, Any],
+    address: str,
+    replicas: int,
+    host: str,
+    port: int,
+    max_replicas: int | None = None,
+    per_node: int | None = None,
+) -> str:
+    """Deploy on the cluster and return the URL; returns once the replicas are ready."""
+    import ray
+    from ray import serve
+
+    from cachestore.ray_flight import flight_actor
+
+    if not ray.is_initialized():
+        connect(address)
+    flight_actor()  # the cluster's single flight, made before any replica asks for it
+    gpus = 1.0 if ray.cluster_resources().get("GPU", 0) >= replicas else 0.0
+    # one HTTP proxy, on the head node: nodes sharing a machine cannot all bind the port
+    serve.start(proxy_location="HeadOnly", http_options={"host": host, "port": port})
+    app = application(settings, options, replicas, max_replicas, per_node, gpus)
+    serve.run(app, name=APP_NAME, route_prefix="/")
+    return f"http://{host}:{port}/"
+
+
+def run_forever(url: str, echo: Any) -> None:
+    """Block until Ctrl-C or SIGTERM, then take the app down (the cluster stays)."""
+    import signal
+
+    from ray import serve
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM (systemd, docker stop) takes the app down as Ctrl-C does
+    signal.signal(signal.SIGTERM, stop)
+    echo(f"hotplate serve --ray: {url} (Ctrl-C or SIGTERM stops the app, not the cluster)")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        serve.delete(APP_NAME)

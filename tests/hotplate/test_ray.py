@@ -1,0 +1,323 @@
+"""hotplate on a real two-node Ray cluster (`ray.cluster_utils.Cluster`, both nodes on
+this machine on 127.0.0.1, one CPU each), each node with its own store
+(`HOTPLATE_NODE_CACHE` in the node's environment) and a real nginx as the blob tier.
+
+- the real `hotplate serve --ray` CLI deploys two replicas, one per node; a render that
+  lands on one node builds, the same avatar on the other node is pulled, not built;
+  requests naming an avatar (multiplexed model id) stick to one replica; four
+  concurrent cold renders over HTTP make one build;
+- four concurrent cold precompiles, two pinned to each node, make one build;
+- `hotplate sync --ray`'s tasks push what they build;
+- a replica killed mid-request gives the client an error, not a hang.
+
+Bounded for a 2-core CI: one cluster for the module, 8-frame 270x480 loops.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cachestore.store import forget_store, open_store
+from tests.cachestore.nginx import Nginx
+from tests.hotplate.serve_helpers import free_port, make_world, speech
+
+pytestmark = pytest.mark.slow
+
+# Ray on 127.0.0.1 (read when ray is imported: set before), and no usage report sent
+LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+READY = 300.0  # seconds: a cluster, Serve and two replicas starting on 2 busy cores
+
+
+def ray_or_fail():
+    try:
+        import ray  # noqa: F401
+        import ray.serve  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("ray[serve] is not installed; CI must have it (pip install -e '.[dev]')")
+        pytest.skip("ray[serve] is not installed (pip install 'hotplate[ray]')")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    # every Ray process of the test (nodes, drivers, replicas, workers) inherits these:
+    # Ray then takes 127.0.0.1 as each node's address, not the first interface's
+    saved = {k: os.environ.get(k) for k in LOOPBACK_ONLY}
+    os.environ.update(LOOPBACK_ONLY)
+    ray_or_fail()
+    import ray
+    from ray.cluster_utils import Cluster
+
+    root = tmp_path_factory.mktemp("ray")
+    make_world(root, ("studio", "gala", "beach", "dusk", "noon"))
+    speech(root / "speech.wav", 1.0)
+    speech(root / "long.wav", 30.0, seed=1)
+    tier = Nginx(root / "nginx").start()
+    caches = {"n1": root / "node1", "n2": root / "node2"}
+    env = {
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "OMP_NUM_THREADS": "1",
+        # the one proxy (head node) spreads over both nodes' replicas rather than
+        # preferring its own node's: the test needs requests to reach both nodes
+        "RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0",
+    }
+    common = {"num_cpus": 2, "include_dashboard": False}
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={
+            **common,
+            "resources": {"n1": 1},
+            "env_vars": {**env, "HOTPLATE_NODE_CACHE": str(caches["n1"])},
+        },
+    )
+    del common["include_dashboard"]
+    c.add_node(
+        **common, resources={"n2": 1}, env_vars={**env, "HOTPLATE_NODE_CACHE": str(caches["n2"])}
+    )
+    ray.init(address=c.address, namespace="hotplate", log_to_driver=False)
+    nodes = {
+        n["NodeID"]: name for n in ray.nodes() for name in ("n1", "n2") if name in n["Resources"]
+    }
+    yield {"root": root, "tier": tier, "caches": caches, "nodes": nodes, "address": c.address}
+    ray.shutdown()
+    c.shutdown()
+    tier.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def counters(cache: Path) -> dict[str, int]:
+    if not (cache / "data.mdb").exists():
+        return {}
+    store = open_store(cache, readonly=True)
+    try:
+        return {k[6:]: v for k, v in store.items("meta") if k.startswith("count:")}
+    finally:
+        forget_store(cache)
+
+
+def hotplate_env(cluster) -> dict[str, str]:
+    return {**os.environ, "HOTPLATE_REMOTE": cluster["tier"].url, "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def served(cluster):
+    """The real `hotplate serve --ray` CLI, two replicas, one per node."""
+    root, port = cluster["root"], free_port()
+    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(root / "personas")]
+    cmd += ["--cache", str(root / "driver-cache"), "serve", "--port", str(port)]
+    cmd += ["--ray", cluster["address"], "--replicas", "2", "--per-node", "1"]
+    log = open(root / "serve.log", "wb")
+    proc = subprocess.Popen(cmd, cwd=root, env=hotplate_env(cluster), stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + READY
+    while True:
+        assert proc.poll() is None, (root / "serve.log").read_text()[-3000:]
+        if ready(url):
+            break
+        assert time.monotonic() < deadline, (root / "serve.log").read_text()[-3000:]
+        time.sleep(0.5)
+    yield {**cluster, "url": url}
+    proc.send_signal(signal.SIGINT)  # the CLI takes its app down
+    proc.wait(timeout=120)
+
+
+def render(url: str, root: Path, attire: str, audio: str = "speech.wav", timeout: float = 300.0):
+    with open(root / audio, "rb") as f:
+        return httpx.post(
+            url + "/v1/lip-sync",
+            data={"persona": "astro", "attire": attire},
+            files={"audio": (audio, f, "audio/wav")},
+            timeout=timeout,
+        )
+
+
+def test_a_render_builds_on_one_node_and_the_other_node_pulls(served):
+    root, url, nodes, caches = served["root"], served["url"], served["nodes"], served["caches"]
+    first = render(url, root, "studio")
+    assert first.status_code == 200, first.text
+    assert first.headers["x-hotplate-cache"] == "jit"
+    builder = nodes[first.headers["x-hotplate-node"]]
+    assert counters(caches[builder])["misses"] == 1
+    # the render worker that built it joined the cluster for the single flight
+    assert replica_children_in_cluster(), "no render worker joined the cluster as a driver"
+    # Serve spreads unrouted requests by queue length: ask until the other node answers
+    other = None
+    for _ in range(24):
+        again = render(url, root, "studio")
+        assert again.status_code == 200, again.text
+        if nodes[again.headers["x-hotplate-node"]] != builder:
+            other = nodes[again.headers["x-hotplate-node"]]
+            break
+    assert other is not None, "Serve never routed to the second replica"
+    seen = counters(caches[other])
+    assert seen.get("misses", 0) == 0 and seen["pulls"] == 1, seen  # pulled, not built
+    assert counters(caches[builder])["misses"] == 1  # and nothing built twice
+
+
+def test_requests_naming_an_avatar_stick_to_the_replica_that_has_it(served):
+    """Serve's model multiplexing with the avatar's names as the model id: without the
+    header requests spread over both replicas (the test above relies on it), with it
+    they all go to the replica that served that avatar first."""
+    root, url, nodes = served["root"], served["url"], served["nodes"]
+    seen = set()
+    for _ in range(10):  # spread at random over 2 replicas, 10 land on one 1 time in 512
+        with open(root / "speech.wav", "rb") as f:
+            response = httpx.post(
+                url + "/v1/lip-sync",
+                data={"persona": "astro", "attire": "studio"},
+                files={"audio": ("speech.wav", f, "audio/wav")},
+                headers={"serve_multiplexed_model_id": "astro/studio"},
+                timeout=300,
+            )
+        assert response.status_code == 200, response.text
+        seen.add(nodes[response.headers["x-hotplate-node"]])
+    assert len(seen) == 1, seen
+
+
+def test_four_concurrent_cold_renders_over_http_make_one_precompile(served):
+    root, url, nodes, caches = served["root"], served["url"], served["nodes"], served["caches"]
+    before = {n: counters(c) for n, c in caches.items()}
+    responses: list = [None] * 4
+
+    def call(i: int) -> None:
+        responses[i] = render(url, root, "noon")
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert all(r is not None and r.status_code == 200 for r in responses), responses
+    after = {n: counters(c) for n, c in caches.items()}
+    built = sum(after[n].get("misses", 0) - before[n].get("misses", 0) for n in caches)
+    assert built == 1, (before, after)
+    served_by = {nodes[r.headers["x-hotplate-node"]] for r in responses}
+    print(f"four cold renders served by {sorted(served_by)}")
+    if len(served_by) == 2:  # Serve spread them: the node that did not build pulled
+        pulled = sum(after[n].get("pulls", 0) - before[n].get("pulls", 0) for n in caches)
+        assert pulled == 1, (before, after)
+
+
+def test_four_concurrent_cold_precompiles_across_both_nodes_make_one(cluster):
+    import ray
+
+    from hotplate.ray_serve import settings_env
+    from hotplate.ray_sync import build_one
+    from hotplate.settings import load_settings
+
+    root, caches = cluster["root"], cluster["caches"]
+    settings = load_settings(personas=root / "personas", cache=root / "unused")
+    settings.remote = cluster["tier"].url
+    env = {"env_vars": settings_env(settings)}
+    task = ray.remote(num_cpus=0.25)(build_one)
+    path = str(root / "personas" / "astro" / "gala.mp4")
+    before = {n: counters(c).get("misses", 0) for n, c in caches.items()}
+    refs = [
+        task.options(resources={node: 0.01}, runtime_env=env).remote("astro", "gala", "M", path)
+        for node in ("n1", "n2", "n1", "n2")
+    ]
+    results = ray.get(refs, timeout=600)
+    assert all(r.state != "failed" for r in results), [r.error for r in results]
+    assert sorted(r.state for r in results).count("built") == 1, [r.state for r in results]
+    after = {n: counters(c).get("misses", 0) for n, c in caches.items()}
+    assert sum(after.values()) - sum(before.values()) == 1, (before, after)
+    # the node that did not build pulled it once
+    assert {cluster["nodes"][r.node] for r in results} == {"n1", "n2"}
+
+
+def test_sync_on_ray_pushes_what_it_builds(cluster):
+    root = cluster["root"]
+    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(root / "personas")]
+    cmd += ["--cache", str(root / "driver-cache"), "sync", "--ray", cluster["address"]]
+    result = subprocess.run(
+        cmd, cwd=root, env=hotplate_env(cluster), capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    assert ", 0 failed on" in result.stdout and "built" in result.stdout, result.stdout
+    assert "[6/6]" in result.stderr, result.stderr  # five loops and the portrait
+    # every file is on the tier now: a fresh store pulls them all, building none
+    pull = subprocess.run(
+        [sys.executable, "-m", "hotplate.cli", "--personas", str(root / "personas"),
+         "--cache", str(root / "fresh"), "pull"],
+        cwd=root, env=hotplate_env(cluster), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert pull.returncode == 0, pull.stderr
+    assert "6 pulled" in pull.stdout, pull.stdout
+
+
+def test_replica_killed_mid_request_is_an_error_not_a_hang(served):
+    from cachestore.leases import live_leases
+
+    root, url, caches = served["root"], served["url"], served["caches"]
+    outcome: dict = {}
+
+    def call() -> None:
+        try:
+            outcome["response"] = render(url, root, "dusk", "long.wav", timeout=240)
+        except httpx.HTTPError as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    leases, deadline = [], time.monotonic() + 240
+    while not leases and time.monotonic() < deadline and thread.is_alive():
+        leases = [info for c in caches.values() for info in live_leases(c, clean=False)]
+        time.sleep(0.05)
+    assert leases, f"the render never started: {outcome}"
+    # the lease is the render worker's; its parent is the Serve replica that runs it
+    worker = leases[0].holder.pid
+    replica = parent(worker)
+    assert "ServeReplica" in Path(f"/proc/{replica}/cmdline").read_text(errors="replace")
+    os.kill(replica, signal.SIGKILL)
+    thread.join(timeout=300)
+    assert not thread.is_alive(), "the client hung after its replica died"
+    # a clean error (5xx, or the connection dropped by the proxy) or a retry that
+    # succeeded; the client's own timeout would be the hang this test is about
+    assert not isinstance(outcome.get("error"), httpx.TimeoutException), outcome
+    response = outcome.get("response")
+    assert response is None or response.status_code >= 500 or response.status_code == 200, outcome
+    # Serve starts a new replica and the service answers again
+    print(f"client saw: {outcome}")  # which of the two, in the -s output
+    deadline = time.monotonic() + READY
+    while not ready(url):
+        assert time.monotonic() < deadline, "the service did not come back"
+        time.sleep(0.5)
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def replica_children_in_cluster() -> list[int]:
+    """Live Ray drivers whose parent is a Serve replica: its render workers."""
+    import ray
+
+    found = []
+    for job in ray._private.state.jobs():
+        pid = int(job.get("DriverPid") or 0)
+        if job.get("IsDead") or not pid or not Path(f"/proc/{pid}").exists():
+            continue
+        cmdline = Path(f"/proc/{parent(pid)}/cmdline").read_text(errors="replace")
+        if "ServeReplica" in cmdline:
+            found.append(pid)
+    return found
+
+
+def ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/readyz", timeout=30).status_code == 200
+    except httpx.TransportError:
+        return False
