@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline import synthetic  # noqa: E402
+from hotplate import demo_data as synthetic  # noqa: E402
 from pipeline.media import make_proxy  # noqa: E402
 from pipeline.nets.detectors import load_detector  # noqa: E402
 from pipeline.precompile.tracking import iou  # noqa: E402

@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from cachestore.store import forget_store, open_store
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from pipeline.catalog import plan_for
 from pipeline.hot import load_assets
 from pipeline.precompile.recipe import Recipe
 from pipeline.render.video import render_video
-from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.bench_store import write_upstream_folder  # noqa: E402

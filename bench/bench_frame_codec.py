@@ -19,7 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline import media, synthetic  # noqa: E402
+from hotplate import demo_data as synthetic  # noqa: E402
+from pipeline import media  # noqa: E402
 
 N_FRAMES = 30
 

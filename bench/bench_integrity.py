@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_store import best  # noqa: E402
 from cachestore.store import forget_store, open_store  # noqa: E402
+from hotplate.demo_data import iter_loop_frames  # noqa: E402
 from pipeline.frames import frame_name  # noqa: E402
 from pipeline.hot import load_assets  # noqa: E402
 from pipeline.media import decode_frame, encode_frame  # noqa: E402
-from pipeline.synthetic import iter_loop_frames  # noqa: E402
 
 
 def write_avatar(store, n: int, size: tuple[int, int]) -> tuple[str, dict[str, str], int]:

@@ -43,9 +43,9 @@ def median_ms(fn: Callable[[], object], runs: int = RUNS) -> float:
 
 
 def hot_render_seconds(root: Path) -> tuple[float, str]:
+    from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
+    from pipeline.lip_sync import LipSyncRequest, lip_sync
     from pipeline.precompile.recipe import Recipe
-    from pipeline.render.job import LipSyncRequest, lip_sync
-    from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
 
     (root / "personas" / "astro").mkdir(parents=True)
     write_loop_video(root / "personas" / "astro" / "studio.mp4", n_frames=6, size=(540, 960))

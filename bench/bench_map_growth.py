@@ -103,8 +103,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        from hotplate.demo_data import iter_loop_frames
         from pipeline.media import encode_frame
-        from pipeline.synthetic import iter_loop_frames
 
         frame = next(iter(iter_loop_frames(1, size=(1080, 1920))))
         jpeg = np.frombuffer(encode_frame(frame), np.uint8)

@@ -6,7 +6,7 @@ Speed does not depend on the weights' values, so the networks are random at thei
 sizes: the UNet from upstream's musetalk.json (SD 1.x's UNet with 8 input channels and
 cross-attention 384, reconstructed below: the file is not in the snapshot), the
 sd-vae-ft-mse AutoencoderKL and whisper-tiny's encoder. Frames are 1080x1920 from
-`pipeline.synthetic`. It runs the renderer's own code path (`MuseTalkRenderer.faces`,
+`hotplate.demo_data`. It runs the renderer's own code path (`MuseTalkRenderer.faces`,
 `paste_face`, Mp4Writer) and prints frames/s and the seconds and share of each step:
 whisper, UNet, VAE decode, blend, encode. Figures only, no asserts; the baseline the
 GPU work is judged against.

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_cpu_speed import SD_VAE, face_crops  # noqa: E402
 from cachestore.store import open_store  # noqa: E402
-from pipeline import synthetic  # noqa: E402
+from hotplate import demo_data as synthetic  # noqa: E402
 from pipeline.media import iter_frames  # noqa: E402
 from pipeline.nets.cpu_speed import RUNTIME_ENV  # noqa: E402
 from pipeline.precompile.recipe import Recipe  # noqa: E402

@@ -36,9 +36,9 @@ from cachestore.pull import pull_avatar  # noqa: E402
 from cachestore.push import push_avatar  # noqa: E402
 from cachestore.remote import _ATTACHED, ENV, attach, open_remote  # noqa: E402
 from cachestore.store import forget_store, open_store  # noqa: E402
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav  # noqa: E402
 from pipeline.precompile.recipe import Recipe  # noqa: E402
 from pipeline.precompile.run import precompile  # noqa: E402
-from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav  # noqa: E402
 from tests.cachestore.nginx import Nginx  # noqa: E402
 
 
@@ -139,7 +139,7 @@ def fleet(world: Path, nginx: Nginx, args) -> None:
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # and no usage report sent anywhere
     from ray.cluster_utils import Cluster
 
-    from pipeline.synthetic import write_loop_video as loop
+    from hotplate.demo_data import write_loop_video as loop
 
     root = world / "fleet"
     for i in range(args.loops):

@@ -28,6 +28,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cachestore.store import open_store  # noqa: E402
+from hotplate.demo_data import (
+    write_loop_video,  # noqa: E402
+    write_wav,  # noqa: E402
+)
 from pipeline.catalog import plan_for  # noqa: E402
 from pipeline.hot import load_assets  # noqa: E402
 from pipeline.precompile.recipe import Recipe  # noqa: E402
@@ -35,10 +39,6 @@ from pipeline.precompile.run import precompile  # noqa: E402
 from pipeline.render.encode import DEFAULT_PRESET, Mp4Writer  # noqa: E402
 from pipeline.render.renderers.warp import WarpRenderer  # noqa: E402
 from pipeline.render.video import render_video  # noqa: E402
-from pipeline.synthetic import (
-    write_loop_video,  # noqa: E402
-    write_wav,  # noqa: E402
-)
 from tests.pipeline.render_fixtures import speech  # noqa: E402
 
 

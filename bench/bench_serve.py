@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import synthetic  # noqa: E402
+from hotplate import demo_data as synthetic  # noqa: E402
 from tests.hotplate.serve_helpers import Server, post_render  # noqa: E402
 
 SIZE = (540, 960)
@@ -62,8 +62,8 @@ def make_hot_avatar(root: Path) -> Path:
 def in_process(root: Path, clip: Path, repeats: int) -> list[float]:
     """Seconds per lip_sync() call in this process, after one warm-up call."""
     from cachestore.store import forget_store, open_store
+    from pipeline.lip_sync import LipSyncRequest, lip_sync
     from pipeline.precompile.recipe import Recipe
-    from pipeline.render.job import LipSyncRequest, lip_sync
 
     store = open_store(root / "cache")
     request = LipSyncRequest("astro", "studio", clip, root / "in-process.mp4")

@@ -82,11 +82,11 @@ def bench_hash(tmp: Path) -> None:
 def hot_avatar(tmp: Path, video: Path | None, frames: int):
     """A real hot avatar: precompiled into a store from `video` (default: a generated
     1080x1920 loop), plus (N, 8, 32, 32) float16 latents as a musetalk render reads them."""
+    from hotplate.demo_data import write_loop_video
     from pipeline.catalog import plan_for
     from pipeline.hot import load_assets
     from pipeline.precompile.recipe import Recipe
     from pipeline.precompile.run import precompile
-    from pipeline.synthetic import write_loop_video
 
     if video is None:
         video = write_loop_video(tmp / "loop.mp4", n_frames=frames)

@@ -1,6 +1,6 @@
 """Keyframe tracking against per-frame detection. Run: python bench/bench_tracking.py
 
-On synthetic 1080x1920 loops with known face boxes (pipeline/synthetic.py), compares
+On synthetic 1080x1920 loops with known face boxes (hotplate/demo_data.py), compares
   naive     dlib HOG on every full-resolution frame,
   fixed     keyframes every 4th frame on the 480-px proxy, interpolated (no refinement),
   adaptive  the same plus refinement where neighbouring keyframes disagree (the recipe
@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline import synthetic  # noqa: E402
+from hotplate import demo_data as synthetic  # noqa: E402
 from pipeline.media import make_proxy  # noqa: E402
 from pipeline.nets.detectors import load_detector  # noqa: E402
 from pipeline.precompile.recipe import Recipe  # noqa: E402

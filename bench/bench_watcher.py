@@ -8,7 +8,7 @@
    in one process (the fair baseline: imports and models loaded once too) and against
    `hotplate precompile FILE` once per file in a fresh process.
 
-Media are synthetic 540x960 presenter frames (pipeline/synthetic.py); loops have 16
+Media are synthetic 540x960 presenter frames (hotplate/demo_data.py); loops have 16
 frames. Prints; asserts nothing.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import synthetic  # noqa: E402
+from hotplate import demo_data as synthetic  # noqa: E402
 from pipeline.precompile.recipe import Recipe  # noqa: E402
 
 SIZE = (540, 960)

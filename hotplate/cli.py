@@ -9,10 +9,27 @@ from pathlib import Path
 
 import click
 
-from hotplate.cli_common import open_cache, settings_of, source_options
+from hotplate.cli_common import (
+    FieldDefault,
+    default_help,
+    open_cache,
+    settings_of,
+    source_options,
+)
 from hotplate.output import table
-from hotplate.settings import Settings, SettingsError, load_settings
-from pipeline.precompile.recipe import CROP_RULES, DETECTORS, LANDMARKERS, MASKERS, PARSING_MODES
+from hotplate.settings import SETTINGS, Settings, SettingsError, load_settings
+from pipeline.precompile.recipe import (
+    CROP_RULES,
+    DETECTORS,
+    LANDMARKERS,
+    MASKERS,
+    PARSING_MODES,
+    Recipe,
+)
+from pipeline.render.renderers import RENDERERS
+
+RECIPE = Recipe()  # the recipe flags' defaults, for their help
+SETTING = {name: row[1]() for name, row in SETTINGS.items()}  # the settings' defaults, for help
 
 # Exceptions whose message is already one line for the user: no traceback for these.
 USER_ERRORS: tuple[type[BaseException], ...] = (
@@ -46,28 +63,29 @@ class HotplateGroup(click.Group):
 @click.option(
     "--personas",
     type=click.Path(path_type=Path),
-    help="Personas folder [env HOTPLATE_PERSONAS; default ./personas].",
+    help="Personas folder." + default_help(SETTING["personas"], env="HOTPLATE_PERSONAS"),
 )
 @click.option(
     "--cache",
     type=click.Path(path_type=Path),
-    help="Store directory [env HOTPLATE_CACHE; default ~/.cache/hotplate/store].",
+    help="Store directory." + default_help(SETTING["cache"], env="HOTPLATE_CACHE"),
 )
 @click.option(
     "--models",
     type=click.Path(path_type=Path),
-    help="Models directory for weights you provide [env HOTPLATE_MODELS].",
+    help="Models directory for weights you provide."
+    + default_help(SETTING["models"], env="HOTPLATE_MODELS"),
 )
 @click.option(
     "--config",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Settings file [default ./hotplate.toml if present].",
+    help="Settings file." + default_help("./hotplate.toml if present", env="HOTPLATE_CONFIG"),
 )
 @click.option(
     "--flight-wait",
     type=float,
-    help="Seconds to wait for another process precompiling the same avatar "
-    "[env HOTPLATE_FLIGHT_WAIT; default 900].",
+    help="Seconds to wait for another process precompiling the same avatar."
+    + default_help(SETTING["flight_wait"], env="HOTPLATE_FLIGHT_WAIT"),
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 @click.pass_context
@@ -115,49 +133,59 @@ def recipe_flags(fn):
     """Recipe options shared by precompile and render."""
     options = [
         click.option(
-            "--max-frames", type=int, help="Frames to keep from a loop (0 = all) [default 250]."
+            "--max-frames",
+            type=int,
+            help="Frames to keep from a loop (0 = all)." + default_help(RECIPE.max_frames),
         ),
         click.option(
-            "--stride", type=int, help="Keyframe stride S: detect every S-th frame [default 4]."
+            "--stride",
+            type=int,
+            help="Keyframe stride S: detect every S-th frame." + default_help(RECIPE.stride),
         ),
         click.option(
-            "--proxy", type=int, help="Longer side of the detection proxy in px [default 480]."
+            "--proxy",
+            type=int,
+            help="Longer side of the detection proxy in px." + default_help(RECIPE.proxy),
         ),
         click.option(
             "--bbox-shift",
             type=int,
-            help="Move the half-face crop's top edge down by N px [default 0].",
+            help="Move the half-face crop's top edge down by N px (persona.toml's face hint "
+            "still applies)." + default_help(f"persona.toml's, else {RECIPE.bbox_shift}"),
         ),
         click.option(
             "--detector",
             type=click.Choice(DETECTORS),
-            help="Face detector [default retinaface; s3fd with --backend musetalk].",
+            help="Face detector." + default_help(RECIPE.detector, "s3fd with --backend musetalk"),
         ),
         click.option(
             "--landmarks",
             type=click.Choice(LANDMARKERS),
-            help="Landmark model [default retinaface; dwpose with --backend musetalk; "
-            "dlib's and fan's are not for commercial use].",
+            help="Landmark model (dlib's and fan's are not for commercial use)."
+            + default_help(RECIPE.landmarks, "dwpose with --backend musetalk"),
         ),
         click.option(
             "--mask",
             type=click.Choice(MASKERS),
-            help="Blend mask source [default landmarks; bisenet with --backend musetalk].",
+            help="Blend mask source."
+            + default_help(RECIPE.mask, "bisenet with --backend musetalk"),
         ),
         click.option(
             "--parsing-mode",
             type=click.Choice(PARSING_MODES),
-            help="BiSeNet mask mode, as upstream MuseTalk [default jaw; raw for MuseTalk v1.0].",
+            help="BiSeNet mask mode, as upstream MuseTalk."
+            + default_help(RECIPE.parsing_mode, "raw for MuseTalk v1.0"),
         ),
         click.option(
             "--crop-rules",
             type=click.Choice(CROP_RULES),
-            help="Half-face box rules: hotplate's, or MuseTalk v1.5 / v1.0's "
-            "[default hotplate; the UNet's version with --backend musetalk].",
+            help="Half-face box rules: hotplate's, or MuseTalk v1.5 / v1.0's."
+            + default_help(RECIPE.crop_rules, "the UNet's version with --backend musetalk"),
         ),
         click.option(
             "--vae",
-            help="VAE directory under the models dir for latents, e.g. sd-vae-ft-mse [default none].",
+            help="VAE directory under the models dir for latents, e.g. sd-vae."
+            + default_help(RECIPE.vae or "none", "the models dir's with --backend musetalk"),
         ),
     ]
     for option in reversed(options):
@@ -165,27 +193,66 @@ def recipe_flags(fn):
     return fn
 
 
-def recipe_from(settings: Settings, **given: object):
-    changes = {k: v for k, v in given.items() if v is not None}
-    recipe = settings.recipe.replace(**changes)
-    recipe.check()
-    return recipe
+def check_recipe_flags(settings: Settings, **given: object) -> Recipe:
+    """Raise ValueError for a bad recipe flag before any work; the recipe a request uses
+    comes from `effective_recipe` once its source (persona.toml) is known."""
+    from pipeline.precompile.recipe import effective_recipe
+
+    return effective_recipe(settings.recipe, flags=given)
 
 
-def persona_recipe(settings: Settings, path: Path, recipe, given: dict):
-    """recipe with persona.toml applied when path lies in a persona's folder (as render and
-    the watcher do), unless --bbox-shift was given."""
+def recipe_for_path(settings: Settings, path: Path, given: dict) -> Recipe:
+    """`effective_recipe` for a file given by path: persona.toml applies when the file lies
+    in a persona's folder, as for render and the watcher (a --bbox-shift flag beats only
+    the persona's shift)."""
     from pipeline.catalog import recipe_for
+    from pipeline.precompile.recipe import effective_recipe
 
     root = settings.personas.resolve()
     real = path.resolve()
-    if (
-        given.get("bbox_shift") is not None
-        or not real.is_relative_to(root)
-        or len(real.relative_to(root).parts) < 2
+    if not real.is_relative_to(root) or len(real.relative_to(root).parts) < 2:
+        return effective_recipe(settings.recipe, flags=given)
+    return recipe_for(root, real.relative_to(root).parts[0], settings.recipe, flags=given)
+
+
+# the recipe fields `hotplate precompile` takes as flags (see recipe_flags)
+RECIPE_FLAGS = (
+    "max_frames",
+    "stride",
+    "proxy",
+    "bbox_shift",
+    "detector",
+    "landmarks",
+    "mask",
+    "parsing_mode",
+    "crop_rules",
+    "vae",
+)
+
+
+def precompile_command(settings: Settings, path: Path, recipe) -> str:
+    """A `hotplate precompile` command line that makes `recipe`'s avatar of `path` hot when
+    pasted: the settings' folders as absolute paths, and a flag for each recipe field that
+    precompile would otherwise choose differently (a backend's implied fields, flags)."""
+    import shlex
+
+    plain = recipe_for_path(settings, path, {})
+    flags = {f: getattr(recipe, f) for f in RECIPE_FLAGS if getattr(recipe, f) != getattr(plain, f)}
+    if recipe_for_path(settings, path, flags).fields() != recipe.fields():
+        raise ValueError(f"no precompile flags give the recipe {recipe.fields()}")  # a bug
+    words = ["hotplate"]
+    for name, value in (
+        ("--config", settings.config_file),
+        ("--personas", settings.personas),
+        ("--cache", settings.cache),
+        ("--models", settings.models),
     ):
-        return recipe
-    return recipe_for(root, real.relative_to(root).parts[0], recipe)
+        if value is not None:
+            words += [name, str(Path(value).absolute())]
+    words += ["precompile", str(Path(path).absolute())]
+    for name, value in flags.items():
+        words += [f"--{name.replace('_', '-')}", str(value)]
+    return shlex.join(words)
 
 
 def say(line: str) -> None:
@@ -225,7 +292,7 @@ def precompile(
     from pipeline.precompile.run import precompile as run_precompile
 
     settings = settings_of(ctx)
-    recipe = recipe_from(settings, **recipe_options)
+    check_recipe_flags(settings, **recipe_options)  # a bad flag fails before the store opens
     store = open_cache(settings)
     failed = 0
     for path in paths:
@@ -233,7 +300,7 @@ def precompile(
         try:
             report = run_precompile(
                 path,
-                persona_recipe(settings, path, recipe, recipe_options),
+                recipe_for_path(settings, path, recipe_options),
                 store,
                 force=force,
                 progress=bars,
@@ -271,25 +338,30 @@ def precompile(
 )
 @click.option(
     "--backend",
-    type=click.Choice(["warp", "musetalk"]),
-    help="Renderer [default warp, needs no weights].",
+    type=click.Choice(RENDERERS),
+    help="Renderer (warp needs no weights)."
+    + default_help(f"the settings' renderer, {SETTING['renderer']} unless set"),
 )
 @click.option(
     "--loop",
     type=click.Choice(["pingpong", "cycle"]),
-    help="Frame schedule over the stored loop [default pingpong].",
+    help="Frame schedule over the stored loop."
+    + default_help(f"persona.toml's, else the settings', {SETTING['loop']} unless set"),
 )
-@click.option("--fps", type=float, help="Output frame rate [default: the loop's].")
+@click.option("--fps", type=float, help="Output frame rate." + default_help("the loop's"))
 @click.option(
     "--no-jit", is_flag=True, help="Fail on a cold avatar instead of precompiling it now."
 )
 @click.option(
-    "--device", help="Where musetalk runs: cpu, cuda, cuda:1 [default: cuda when present]."
+    "--device",
+    help="Where musetalk runs: cpu, cuda, cuda:1." + default_help("cuda when present"),
 )
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
-    help="Frames per UNet call for musetalk [default 20, upstream's].",
+    cls=FieldDefault,
+    field="pipeline.render.renderers.musetalk:BATCH_SIZE",
+    help="Frames per UNet call for musetalk (upstream's default).",
 )
 @recipe_flags
 @click.pass_context
@@ -311,11 +383,11 @@ def render(
 ) -> None:
     """Render a lip-synced MP4 from hot assets; a cold avatar is precompiled first."""
     from hotplate.progress import StageBars
-    from pipeline.render.job import LipSyncRequest, lip_sync
+    from pipeline.lip_sync import LipSyncRequest, NotHotError, lip_sync
 
     settings = settings_of(ctx)
     backend = backend or settings.renderer
-    recipe = recipe_from(settings, **recipe_options)
+    check_recipe_flags(settings, **recipe_options)  # a bad flag fails before the store opens
     request = LipSyncRequest(
         persona=persona,
         attire=attire,
@@ -327,24 +399,27 @@ def render(
         loop=loop,
         fps=fps,
         no_jit=no_jit,
-        keep_bbox_shift=recipe_options.get("bbox_shift") is not None,
         device=device,
         batch_size=batch_size,
-        explicit=frozenset(k for k, v in recipe_options.items() if v is not None),
+        flags=recipe_options,
     )
     bars = StageBars()
     try:
         outcome = lip_sync(
             open_cache(settings, fallback_readonly=True),
             settings.personas,
-            recipe,
+            settings.recipe,
             request,
-            models_dir=settings.models,
             default_loop=settings.loop,
             progress=bars,
             flight_wait=settings.flight_wait,
             on_wait=say,
         )
+    except NotHotError as exc:  # the fix, as a command that works when pasted
+        where = " as a user who can write the store" if exc.readonly else ""
+        again = "" if exc.readonly else ", or drop --no-jit"
+        command = precompile_command(settings, exc.source, exc.recipe)
+        raise LookupError(f"{exc.what}; make it hot{where} with `{command}`{again}") from None
     finally:
         bars.close()
     result = outcome.render

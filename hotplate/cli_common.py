@@ -5,7 +5,10 @@ A leaf module: cli.py, cli_store.py and cli_watch.py import it, it imports none 
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -49,7 +52,8 @@ def source_options(fn):
             help="Attire name; 'default' is the portrait.",
         ),
         click.option(
-            "--motion", help="Motion loop name, e.g. M1 (default: first in sorted order)."
+            "--motion",
+            help="Motion loop name, e.g. M1." + default_help("the first in sorted order"),
         ),
         click.option(
             "--video",
@@ -60,3 +64,50 @@ def source_options(fn):
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def field_default(ref: str) -> Any:
+    """The default of a dataclass field named "module:Class.field", or the value of a
+    module's constant named "module:NAME"."""
+    module, _, name = ref.partition(":")
+    cls_name, _, field_name = name.partition(".")
+    if not field_name:
+        return getattr(importlib.import_module(module), cls_name)
+    cls = getattr(importlib.import_module(module), cls_name)
+    field = next(f for f in dataclasses.fields(cls) if f.name == field_name)
+    if field.default is dataclasses.MISSING:
+        raise TypeError(f"{ref} has no plain default")
+    return field.default
+
+
+class FieldDefault(click.Option):
+    """An option whose default is a dataclass field's (`field="module:Class.field"`) or a
+    module constant's (`field="module:NAME"`), times `scale` for a unit change, so the CLI
+    never restates it. The module is imported only when this command's help or parsing
+    needs the value, so other commands start fast."""
+
+    def __init__(self, *args: Any, field: str, scale: float = 1.0, **kwargs: Any) -> None:
+        kwargs.setdefault("show_default", True)
+        self.field_ref, self.scale = field, scale
+        super().__init__(*args, **kwargs)
+
+    @property
+    def default(self) -> Any:
+        """The field's value, read when asked (click's `Parameter.default`, for callers)."""
+        value = field_default(self.field_ref)
+        return value * self.scale if self.scale != 1.0 else value
+
+    @default.setter
+    def default(self, value: Any) -> None:  # click sets it in __init__; the field holds it
+        pass
+
+    def get_default(self, ctx: click.Context, call: bool = True) -> Any:
+        return self.default
+
+
+def default_help(value: object, *more: str, env: str = "") -> str:
+    """The help suffix for an option whose click default is None ("not given", so settings
+    and persona.toml can apply), in click's own style: `  [env var: X; default: 250]`.
+    `value` is read from the table that holds it (Recipe, SETTINGS), never restated."""
+    items = ([f"env var: {env}"] if env else []) + [f"default: {value}", *more]
+    return f"  [{'; '.join(items)}]"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from hotplate.cli_common import FieldDefault, default_help
 from hotplate.settings import Settings
 
 TOKEN_ENV = "HOTPLATE_TOKEN"
@@ -35,31 +36,39 @@ def read_tokens(path: Path) -> tuple[str, ...]:
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8700, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8700,
+    show_default=True,
+    help="TCP port to listen on (0: any free port).",
+)
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
+    cls=FieldDefault,
+    field="hotplate.serve.config:ServeConfig.workers",
     help="Render worker processes; each loads the models once and keeps them.",
 )
 @click.option(
     "--queue-size",
     type=click.IntRange(min=1),
-    default=16,
-    show_default=True,
+    cls=FieldDefault,
+    field="hotplate.serve.config:ServeConfig.queue_size",
     help="Jobs that may wait for a worker; beyond it requests get 429 with Retry-After.",
 )
 @click.option(
     "--token-file",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="File of bearer tokens, one per client and line, that every /v1 route and video "
-    f"needs; a job can be cancelled only with the token that made it [or env {TOKEN_ENV}].",
+    "needs; a job can be cancelled only with the token that made it."
+    + default_help(f"env {TOKEN_ENV}"),
 )
 @click.option(
     "--admin-token-file",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help=f"File holding a token that may also cancel or delete any job [or env {ADMIN_TOKEN_ENV}].",
+    help="File holding a token that may also cancel or delete any job."
+    + default_help(f"env {ADMIN_TOKEN_ENV}"),
 )
 @click.option(
     "--public-metrics",
@@ -82,28 +91,29 @@ def read_tokens(path: Path) -> tuple[str, ...]:
 @click.option(
     "--max-upload-mb",
     type=click.FloatRange(min=0.001),
-    default=50.0,
-    show_default=True,
+    cls=FieldDefault,
+    field="hotplate.serve.config:ServeConfig.max_upload_bytes",
+    scale=1e-6,
     help="Largest audio upload (413 above it).",
 )
 @click.option(
     "--max-audio-seconds",
     type=click.FloatRange(min=0.1),
-    default=600.0,
-    show_default=True,
+    cls=FieldDefault,
+    field="hotplate.serve.config:ServeConfig.max_audio_seconds",
     help="Longest audio clip (422 above it; checked before the clip is decoded whole).",
 )
 @click.option(
     "--retention-hours",
     type=click.FloatRange(min=0),
-    default=24.0,
-    show_default=True,
+    cls=FieldDefault,
+    field="hotplate.serve.config:ServeConfig.retention_hours",
     help="Hours a finished render's video is kept; its record stays, marked expired.",
 )
 @click.option(
     "--data",
     type=click.Path(path_type=Path, file_okay=False),
-    help="Job records (jobs.sqlite) and videos [default: <cache>-serve beside the store].",
+    help="Job records (jobs.sqlite) and videos  [default: <cache>-serve beside the store]",
 )
 @click.option(
     "--ray",
@@ -196,7 +206,7 @@ def serve(
         options = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "settings"}
         url = deploy(settings, options, ray_address, replicas, host, port, max_replicas, per_node)
         return run_forever(url, click.echo)
-    from hotplate.serve.jobs import claim_data_dir
+    from hotplate.serve.records import claim_data_dir
 
     claim_data_dir(config.data)  # before the port: a second server refuses in one line
     click.echo(

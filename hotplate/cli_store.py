@@ -13,9 +13,12 @@ from pathlib import Path
 
 import click
 
-from hotplate.cli_common import open_cache, settings_of, source_options
+from hotplate.cli_common import default_help, open_cache, settings_of, source_options
 from hotplate.output import human_bytes, table
-from hotplate.settings import Settings
+from hotplate.settings import SETTINGS, Settings
+from pipeline.render.renderers import RENDERERS
+
+SETTING_DEFAULTS = {name: row[1]() for name, row in SETTINGS.items()}  # for the help texts
 
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print one JSON object (stable keys) for scripts."
@@ -34,8 +37,9 @@ def present(settings: Settings) -> bool:
 @source_options
 @click.option(
     "--backend",
-    type=click.Choice(["warp", "musetalk"]),
-    help="Renderer whose recipe to resolve (musetalk implies upstream's) [default: settings'].",
+    type=click.Choice(RENDERERS),
+    help="Renderer whose recipe to resolve (musetalk implies upstream's)."
+    + default_help("the settings' renderer"),
 )
 @json_option
 @click.pass_context
@@ -50,16 +54,24 @@ def resolve(
 ) -> None:
     """Print the source file, its digest, the recipe, the avatar key and whether it is hot."""
     from pipeline.catalog import plan_for
+    from pipeline.hot import hot_check
     from pipeline.personas import resolve as resolve_source
-    from pipeline.precompile.recipe import describe, for_backend
+    from pipeline.precompile.recipe import describe, effective_recipe
 
     settings = settings_of(ctx)
     found = resolve_source(settings.personas, persona, attire, motion, video)
     store = open_cache(settings, fallback_readonly=True) if present(settings) else None
-    recipe = for_backend(settings.recipe, backend or settings.renderer).for_persona(found.options)
+    source = f"{found.persona}/persona.toml"
+    recipe = effective_recipe(
+        settings.recipe, found.options, backend or settings.renderer, source=source
+    )
     p = plan_for(store, found.path, recipe)
-    hot = store is not None and store.get_avatar(p.avatar) is not None
+    # hot as render and precompile decide it (pipeline.hot.hot_check): whole, not only there
+    manifest, damaged = hot_check(store, p.avatar) if store is not None else (None, [])
+    hot = manifest is not None and not damaged
     why = None if hot or store is None else why_cold(store, p)
+    if damaged:
+        why = f"stages {', '.join(damaged)} are damaged in the store; a render or precompile rebuilds them"
     if as_json:
         echo_json(
             {
@@ -236,7 +248,8 @@ def daemon_lines(settings: Settings) -> list[str]:
     "--grace",
     default=None,
     type=float,
-    help="Keep anything used within this many hours [default 24].",
+    help="Keep anything used within this many hours."
+    + default_help(SETTING_DEFAULTS["grace_hours"], env="HOTPLATE_GRACE_HOURS"),
 )
 @click.option(
     "--max-size", help="Evict least-recently-used avatars until the store fits, e.g. 20G, 500M."
@@ -320,8 +333,8 @@ def verify(ctx: click.Context, as_json: bool, repair: bool) -> None:
     settings = settings_of(ctx)
     store = open_cache(settings, readonly=not repair)
     if repair:
-        from pipeline.repair import REBUILT
-        from pipeline.repair import repair as repair_store
+        from pipeline.precompile.repair import REBUILT
+        from pipeline.precompile.repair import repair as repair_store
 
         for result in repair_store(store, settings.models):
             if not as_json:

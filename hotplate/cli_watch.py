@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from hotplate.cli_common import FieldDefault
 from hotplate.output import table
 from hotplate.settings import Settings
 
@@ -51,30 +52,30 @@ personas_option = click.option(
 workers_option = click.option(
     "--workers",
     type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
+    cls=FieldDefault,
+    field="watcher.daemon:Config.workers",
     help="Worker processes; each loads the models once and keeps them.",
 )
 retry_options = [
     click.option(
         "--retries",
         type=click.IntRange(min=1),
-        default=3,
-        show_default=True,
+        cls=FieldDefault,
+        field="watcher.daemon:Config.retries",
         help="Attempts per file before it is reported failed (until it changes).",
     ),
     click.option(
         "--job-timeout",
         type=click.FloatRange(min=0),
-        default=3600.0,
-        show_default=True,
+        cls=FieldDefault,
+        field="watcher.daemon:Config.job_timeout",
         help="Seconds before a precompile is killed and counted as a failure (0 = never).",
     ),
     click.option(
         "--backoff",
         type=click.FloatRange(min=0),
-        default=5.0,
-        show_default=True,
+        cls=FieldDefault,
+        field="watcher.daemon:Config.backoff",
         help="Seconds before the second attempt; doubles after each failure.",
     ),
 ]
@@ -91,15 +92,15 @@ def with_retry_options(fn):
 @click.option(
     "--settle",
     type=click.FloatRange(min=0),
-    default=2.0,
-    show_default=True,
+    cls=FieldDefault,
+    field="watcher.daemon:Config.settle",
     help="Seconds a file must be quiet (after it is closed, on Linux) before it is hashed.",
 )
 @click.option(
     "--rescan",
     type=click.FloatRange(min=0),
-    default=10.0,
-    show_default=True,
+    cls=FieldDefault,
+    field="watcher.daemon:Config.rescan",
     help="Minutes between full reconciles of the folder against the store (0 = at start only).",
 )
 @workers_option
@@ -163,7 +164,7 @@ class SyncProgress:
             self.lines(event, path, msg, **fields)
         if self.bar is None:
             return
-        if event == "queued" and msg.startswith("job"):
+        if event == "queued" and "same_as" not in fields:  # a new job, not a file joining one
             self.bar.total += 1
             self.bar.refresh()
         elif event in ("job-done", "job-failed") and "job" in fields:

@@ -2,7 +2,9 @@
 
 Everything is made here, offline: a 1080x1920 loop with gentle motion, an attire
 still, and speech (espeak-ng when installed, a synthetic speech-like signal if not).
-Both renders run the real `hotplate` command in a fresh process.
+Both renders run the real `hotplate` command in a fresh process. The demo keeps its own
+folders (demo/personas, demo/cache), so it ends by printing the `ls`, `status` and `serve`
+commands with the flags that show what it made.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ SENTENCE = "Hello, I am your presenter. This video was rendered entirely offline
 
 
 def make_persona(root: Path, frames: int) -> None:
-    from pipeline.synthetic import write_loop_video, write_still
+    from hotplate.demo_data import write_loop_video, write_still
 
     folder = root / "astro"
     folder.mkdir(parents=True, exist_ok=True)
@@ -42,7 +44,7 @@ def make_speech(path: Path, seconds: float) -> str:
         and subprocess.run([espeak, "-w", str(path), SENTENCE], capture_output=True).returncode == 0
     ):
         return "espeak-ng"
-    from pipeline.synthetic import make_speech_audio, write_wav
+    from hotplate.demo_data import make_speech_audio, write_wav
 
     write_wav(path, make_speech_audio(seconds, sr=16000), 16000)
     return "synthetic speech-like audio"
@@ -91,6 +93,29 @@ def main(frames: int, seconds: float) -> None:
             sys.exit(f"demo failed: {' '.join(cmd)}")
         click.echo(f"   whole command {time.perf_counter() - start:.1f} s")
     click.echo(f"\nvideo: {(out / 'pitch-hot.mp4').resolve()}")
+    click.echo("\nthe demo keeps its own personas folder and store; to look at them:")
+    for line in next_commands(personas, cache):
+        click.echo(f"  {line}")
+
+
+def next_commands(personas: Path, cache: Path) -> list[str]:
+    """The README's next commands with the demo's folders, as they can be pasted here."""
+    import shlex
+
+    exe = Path(sys.executable).parent / "hotplate"
+    if not exe.is_file():  # not run from the virtualenv `just setup` made
+        command = f"{shlex.quote(sys.executable)} -m hotplate.cli"
+    elif exe.absolute().is_relative_to(Path.cwd()):
+        command = str(exe.absolute().relative_to(Path.cwd()))  # .venv/bin/hotplate
+    else:
+        command = shlex.quote(str(exe))
+    folders = f"--personas {shlex.quote(str(personas))} --cache {shlex.quote(str(cache))}"
+    base = f"{command} {folders}"
+    return [
+        f"{base} ls",
+        f"{base} status",
+        f"{base} serve      # then open http://127.0.0.1:8700/",
+    ]
 
 
 if __name__ == "__main__":

@@ -73,13 +73,27 @@ def _first(models: Path, alts: tuple[str, ...]) -> Path | None:
     return next((d / a for d in search_dirs(models) for a in alts if (d / a).is_file()), None)
 
 
+FIX_INDENT = " " * 11  # under the text after `      fix: `, as `hotplate doctor` prints it
+
+
+def where_to_put(models: Path, missing: list[tuple[str, ...]]) -> str:
+    """The fix for missing weights: one path per line, the preferred name of each file
+    first and its alternatives below it."""
+    files = "this file" if len(missing) == 1 else "these files"
+    lines = [f"put {files} there (nothing is downloaded; --models picks another folder):"]
+    for alts in missing:
+        lines.append(f"{FIX_INDENT}{models / alts[0]}")
+        lines.extend(f"{FIX_INDENT}  or {models / alt}" for alt in alts[1:])
+    return "\n".join(lines)
+
+
 def backend_checks(models: Path) -> Iterator[Check]:
     """One line per backend: ready (with the file each weight was found at) or what is missing."""
     for b in BACKENDS:
         default = DEFAULTS.get(b.kind) == b.name
         missing_pkgs = [p for p in b.packages if not package_present(p)]
         found = [_first(models, alts) for alts in b.weights]
-        missing = [" or ".join(alts) for alts, f in zip(b.weights, found, strict=True) if f is None]
+        missing = [alts for alts, f in zip(b.weights, found, strict=True) if f is None]
         ok = not missing_pkgs and not missing
         if ok:
             where = (
@@ -90,13 +104,9 @@ def backend_checks(models: Path) -> Iterator[Check]:
             detail = f"ready ({where})"
         else:
             detail = "missing " + ", ".join(
-                [f"package {p}" for p in missing_pkgs] + [f"{models}/{w}" for w in missing]
+                [f"package {p}" for p in missing_pkgs] + [alts[0] for alts in missing]
             )
-        fix = (
-            f"put {', '.join(missing)} under {models} (set --models or HOTPLATE_MODELS); nothing is downloaded"
-            if missing
-            else "run `just setup`"
-        )
+        fix = where_to_put(models, missing) if missing else "run `just setup`"
         yield Check(
             f"{b.kind} {b.name}{' (default)' if default else ''}",
             ok,
@@ -127,17 +137,17 @@ def musetalk_checks(models: Path) -> Iterator[Check]:
             "musetalk unet", True, f"{u.version} ({layout}): {u.config}, {u.weights}", fix, True
         )
     except ModelMissingError as e:
-        yield Check("musetalk unet", False, str(e).split("; copy")[0], fix, True)
+        yield Check("musetalk unet", False, e.missing, fix, True)
     try:
         yield Check("musetalk whisper", True, str(whisper_dir(models)), fix, True)
     except ModelMissingError as e:
-        yield Check("musetalk whisper", False, str(e).split("; copy")[0], fix, True)
+        yield Check("musetalk whisper", False, e.missing, fix, True)
     vae = default_vae(models)
     try:
         config, weights = vae_files(models, vae)
         yield Check("musetalk vae", True, f"{vae}: {weights}", fix, True)
     except ModelMissingError as e:
-        yield Check("musetalk vae", False, str(e).split("; copy")[0], fix, True)
+        yield Check("musetalk vae", False, e.missing, fix, True)
     resnet = models / "face-parse-bisent" / "resnet18-5c106cde.pth"
     if resnet.is_file():
         yield Check(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cachestore.space import parse_size
-from pipeline.precompile.recipe import Recipe, for_backend
+from pipeline.precompile.recipe import Recipe, effective_recipe
 
 
 class Size(int):
@@ -134,9 +134,8 @@ def load_settings(config: Path | None = None, **flags: Any) -> Settings:
     }
     recipe = Recipe(models_dir=values["models"]).replace(**typed)
     # renderer = "musetalk" implies upstream's recipe everywhere (watcher, ls, gc, render)
-    recipe = for_backend(recipe, values["renderer"])
     try:
-        recipe.check()
+        recipe = effective_recipe(recipe, backend=values["renderer"])
     except ValueError as exc:
         raise SettingsError(f"recipe: {exc}") from exc
     return Settings(**values, recipe=recipe, config_file=config)

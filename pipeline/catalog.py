@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from pipeline.personas import (
     scan_persona,
 )
 from pipeline.precompile.plan import Plan, plan
-from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.recipe import Recipe, effective_recipe
 
 
 @dataclass(frozen=True)
@@ -54,10 +54,21 @@ def plan_for(store: Store | None, path: Path, recipe: Recipe) -> Plan:
     return plan(file_digest(store, path), recipe)
 
 
-def recipe_for(root: Path, persona: str, recipe: Recipe) -> Recipe:
-    """recipe with the persona's persona.toml applied (what render and the watcher use)."""
-    return recipe.for_persona(
-        read_options(root, persona), str(Path(root) / persona / "persona.toml")
+def recipe_for(
+    root: Path,
+    persona: str,
+    recipe: Recipe,
+    backend: str = "",
+    flags: Mapping[str, object] | None = None,
+) -> Recipe:
+    """`effective_recipe` for a persona's source: reads its persona.toml (what render, the
+    watcher, the service, ls and gc use)."""
+    return effective_recipe(
+        recipe,
+        read_options(root, persona),
+        backend,
+        flags,
+        str(Path(root) / persona / "persona.toml"),
     )
 
 
@@ -66,15 +77,15 @@ def installed_recipes(recipe: Recipe) -> list[Recipe]:
     (its default renderer's) and each backend's whose weights are present. gc roots a
     source under each, so an avatar built for `--backend musetalk` is kept too."""
     from pipeline.nets.models import ModelMissingError
-    from pipeline.precompile.recipe import RENDERERS, for_backend
+    from pipeline.render.renderers import RENDERERS
     from pipeline.render.renderers.musetalk import check_weights
 
     found = [recipe]
     for backend in RENDERERS:
         try:
-            if backend == "musetalk":
-                check_weights(recipe.models_dir, recipe.vae or None)
-            implied = for_backend(recipe, backend)
+            implied = effective_recipe(recipe, backend=backend)
+            if backend == "musetalk":  # the VAE the backend implies, not the settings' ""
+                check_weights(implied.models_dir, implied.vae or None)
             plan("0" * 32, implied)  # every stage's weights are here (its keys can be known)
         except ModelMissingError:
             continue

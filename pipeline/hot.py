@@ -34,15 +34,23 @@ def lease_avatar(store: Store, avatar_key: str) -> Iterator[Lease | None]:
         yield lease
 
 
-def why_not_hot(store: Store, avatar_key: str) -> str | None:
-    """None when the avatar is hot and whole, else why not, as a phrase.
-
-    Checks every blob below the avatar against its checksum (the hit path's
-    integrity check), so a damaged avatar reads as cold and is rebuilt."""
+def hot_check(store: Store, avatar_key: str) -> tuple[dict | None, list[str]]:
+    """The one definition of hot, for render and precompile alike: (the avatar's manifest,
+    or None when there is none; the names of its damaged stages). Hot is a manifest and
+    nothing damaged. Every blob below the avatar is checked against its checksum (the hit
+    path's integrity check, ~1% of a render's reads: bench/bench_integrity.py), so a
+    damaged avatar reads as cold and is rebuilt."""
     manifest = store.read_value("avatar", avatar_key)
     if manifest is None:
+        return None, []
+    return manifest, store.damaged_stages(manifest["stages"])
+
+
+def why_not_hot(store: Store, avatar_key: str) -> str | None:
+    """None when the avatar is hot (`hot_check`), else why not, as a phrase."""
+    manifest, damaged = hot_check(store, avatar_key)
+    if manifest is None:
         return "is cold under this recipe"
-    damaged = store.damaged_stages(manifest["stages"])
     if damaged:
         return f"is damaged in the store (stages {', '.join(damaged)})"
     return None

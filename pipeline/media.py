@@ -13,9 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.personas import IMAGE_EXTS
+
 log = logging.getLogger(__name__)
 
-STILL_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 STILL_FPS = 25.0  # a still becomes a one-frame loop shown at this rate
 REENCODE_HINT = "re-encode it, e.g. `ffmpeg -i IN -c:v libx264 -pix_fmt yuv420p OUT.mp4`"
 
@@ -35,7 +36,7 @@ class MediaInfo:
 
 
 def is_still(path: str | Path) -> bool:
-    return Path(path).suffix.lower() in STILL_SUFFIXES
+    return Path(path).suffix.lower() in IMAGE_EXTS
 
 
 def _check_file(path: Path) -> None:

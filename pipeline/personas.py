@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp")
+# one list for the layout, the watcher and the decoder (media.is_still)
+IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 VIDEO_EXTS = (".mp4", ".mov", ".webm", ".mkv")
 MEDIA_EXTS = IMAGE_EXTS + VIDEO_EXTS
 PORTRAIT = "portrait"
@@ -155,7 +156,7 @@ def resolve(
         chosen = motion if motion is not None else sorted(loops)[0]
         return Resolved(persona, attire, chosen, inside(root, loops[chosen]), "loop", options)
     if attire in found.stills:
-        if motion is not None:
+        if motion not in (None, DEFAULT):  # "default": the motion the catalog gives a still
             raise PersonaError(
                 f"persona {persona!r} attire {attire!r} is a still; it has no motion {motion!r}"
             )

@@ -1,7 +1,11 @@
 """The watcher daemon: events -> settle -> hash -> job -> worker, and `sync`'s one shot.
 
 One thread runs the loop; the observer thread only enqueues (watcher/events.py) and
-the precompiles run in spawned worker processes (watcher/jobs.py). Each turn:
+the precompiles run in spawned worker processes (watcher/jobs.py). The loop owns the life
+cycle, signals and deadlines; the work of each step is in its own room: the intake
+(watcher/intake.py: changes, settle, hash, hot or a job), the keys memo (watcher/keys.py),
+the outcomes (watcher/outcomes.py: dispatch, rows, summary) and the health records
+(watcher/health.py). Each turn:
 
     1. wait for a change, a worker message, a worker exit or the next deadline
     2. apply the changes: settle what was written, drop what was deleted, carry
@@ -23,59 +27,35 @@ import os
 import signal
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from cachestore.hashcache import file_digest, remember
-from cachestore.keys import FileChangedError, FileStat
+from cachestore.hashcache import remember
 from cachestore.store import Store, open_store
-from pipeline.catalog import Source
-from pipeline.personas import read_options
-from pipeline.precompile.plan import plan
 from pipeline.precompile.recipe import Recipe
 from watcher import health
 from watcher.events import (
-    CLOSED,
-    CREATED,
-    DELETED,
-    DIR_CREATED,
-    DIR_DELETED,
-    DIR_MOVED,
-    IGNORED,
-    MODIFIED,
-    MOVED,
-    OVERFLOW,
-    Change,
     ChangeQueue,
     EnqueueHandler,
     OverflowSignal,
-    judge,
     start_observer,
 )
-from watcher.jobs import Job, JobQueue, Outcome, WorkerPool, backoff_delay
+from watcher.intake import RESCAN, STOP, Intake, Verdict
+from watcher.jobs import JobQueue, WorkerPool
+from watcher.keys import Keys
 from watcher.log import quiet
-from watcher.reconcile import persona_sources, rel_of, scan, source_at
+from watcher.outcomes import Outcomes, Summary
+from watcher.reconcile import scan
 from watcher.settle import Settler
 from watcher.sources import (
-    FAILED,
-    HOT,
     QUEUED,
-    RETRY,
-    RUNNING,
     delete_rows,
     load_rows,
-    new_row,
-    put_rows,
-    row_stat,
-    same_file,
     stat_of,
 )
 from watcher.worker import DEFAULT_JOB
-
-MAX_ERRORS = 10  # last errors kept for the heartbeat
 
 
 @dataclass
@@ -116,15 +96,6 @@ class Config:
         self.recipe.check()
 
 
-@dataclass
-class Summary:
-    done: int = 0  # jobs that made an avatar hot
-    failed: int = 0  # jobs given up
-    unchanged: int = 0  # sources hot already at the last reconcile
-    failed_before: dict[str, str] = field(default_factory=dict)  # rel -> error, left alone
-    results: dict[str, dict[str, Any]] = field(default_factory=dict)  # rel -> final state
-
-
 class WatcherError(RuntimeError):
     """The daemon cannot go on (its folder vanished); a service manager should restart it."""
 
@@ -142,18 +113,17 @@ class Daemon:
         self.pool = WorkerPool(config.workers, self.cache, config.job, config.map_size)
         self.lock = health.Lock(self.cache)
         self.summary = Summary()
+        self.keys = Keys(self.root, config.recipe)
         self.mode = "scan" if config.once else ""
         self.started = time.time()
-        self.retried = 0
-        self.errors: deque[dict[str, Any]] = deque(maxlen=MAX_ERRORS)
         self.store: Store | None = None
         self.settler: Settler | None = None
+        self.outcomes: Outcomes | None = None  # made once the store is open
+        self.intake: Intake | None = None
         self.observer: Any = None
         self._stop = threading.Event()
         self._hurry = False
         self._fatal = ""
-        self._recipes: dict[str, tuple[Any, Recipe]] = {}
-        self._avatars: dict[tuple[str, Recipe], str] = {}
         self._next_beat = 0.0
         self._next_rescan = float("inf")
         self._old_signals: dict[int, Any] = {}
@@ -195,6 +165,20 @@ class Daemon:
             self.settler = Settler(
                 self.root, c.settle, need_close=self.mode == "inotify", open_grace=c.open_grace
             )
+            self.outcomes = Outcomes(
+                self.root,
+                self.store,
+                self.jobs,
+                self.pool,
+                self.settler,
+                c.retries,
+                c.backoff,
+                self.summary,
+                self.log,
+            )
+            self.intake = Intake(
+                self.root, self.store, self.settler, self.jobs, self.keys, self.outcomes, self.log
+            )
             # 3. workers start (spawn, imports) while the folder is scanned; sync starts
             #    them only if there is work
             if not c.once:
@@ -220,33 +204,45 @@ class Daemon:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self._dispatch()
+            self.outcomes.dispatch()
             if self.c.once and not self.settler and not self.jobs:
                 return
             timeout = self._timeout()
             wait([self.queue, *self.pool.waitables()], timeout)
             for change in self.queue.drain():
-                self._guard(self._on_change, change)
+                self._obey(self._guard(self.intake.on_change, change))
             for outcome in self.pool.poll():
-                self._guard(self._on_outcome, outcome)
+                self._guard(self.outcomes.on_outcome, outcome)
             ready, vanished = self.settler.due()
             for rel in vanished:
-                self._guard(self._gone, rel, "vanished before it settled")
+                self._guard(self.intake.gone, rel, "vanished before it settled")
             for rel in ready:
-                self._guard(self._ready, rel)
+                self._guard(self.intake.ready, rel)
             self._tick()
 
-    def _guard(self, fn: Any, *args: Any) -> None:
+    def _obey(self, verdict: Verdict | None) -> None:
+        """Do what the intake asked of the loop."""
+        if verdict is None:
+            return
+        self.log("warning", msg=verdict.reason)
+        if verdict.action == RESCAN:
+            self._next_rescan = 0.0
+        elif verdict.action == STOP:
+            self._fatal = verdict.reason
+            self.stop()
+
+    def _guard(self, fn: Any, *args: Any) -> Any:
         """One path's trouble is logged, never the end of the daemon."""
         from watcher.jobs import WorkerFatalError
 
         try:
-            fn(*args)
+            return fn(*args)
         except WorkerFatalError:
             raise
         except Exception as exc:
             where = args[0] if args and isinstance(args[0], str) else ""
             self.log("warning", where, f"internal error, skipped: {type(exc).__name__}: {exc}")
+            return None
 
     def _timeout(self) -> float:
         now = time.monotonic()
@@ -283,17 +279,23 @@ class Daemon:
             logging.getLogger("watchdog.observers.inotify").removeHandler(self._overflow)
         try:
             grace = 0.0 if self._hurry else self.c.stop_grace
-            for outcome in self.pool.stop(grace):
-                self._guard(self._on_outcome, outcome)
-            for job in self.jobs.running:
-                self._set_rows(job, state=QUEUED, error="abandoned when the daemon stopped")
-                self.log(
-                    "stop", job.path, f"job {job.id} abandoned; it runs again at the next start"
-                )
-            if self.store is not None and not self.c.once:
-                self.heartbeat(stopped=time.time())
-            elif self.store is not None:
-                self._write_sync_record()
+            outcomes = self.pool.stop(grace)
+            if self.outcomes is not None:  # else the store never opened: no rows, no records
+                for outcome in outcomes:
+                    self._guard(self.outcomes.on_outcome, outcome)
+                for job in self.jobs.running:
+                    self.outcomes.set_rows(
+                        job, state=QUEUED, error="abandoned when the daemon stopped"
+                    )
+                    self.log(
+                        "stop", job.path, f"job {job.id} abandoned; it runs again at the next start"
+                    )
+                if not self.c.once:
+                    self.heartbeat(stopped=time.time())
+                else:
+                    health.write_sync(
+                        self.cache, self.root, self.summary.results, self.summary.unchanged
+                    )
         finally:
             if self.observer is not None:
                 self.observer.join(timeout=2)
@@ -312,8 +314,8 @@ class Daemon:
 
     def reconcile(self, under: str = "") -> None:
         """Queue what the folder has that the table does not know hot; drop what is gone."""
-        self._avatars.clear()  # models may have changed: recompute identities once per scan
-        found = scan(self.root, self.store, self._avatar_of, self.c.retry_failed, under)
+        self.keys.new_scan()
+        found = scan(self.root, self.store, self.keys.avatar_of, self.c.retry_failed, under)
         for rel in found.gone:
             self.settler.forget(rel)
             self.jobs.remove_path(rel)
@@ -331,7 +333,7 @@ class Daemon:
             quiet_since = now_mono - max(0.0, now_wall - item.quiet_since)
             self.settler.note(item.rel, closed=True, quiet_since=quiet_since)
             queued += 1
-        self._touch(found.hot + found.failed)
+        self.outcomes.touch(found.hot + found.failed)
         self.summary.unchanged = len(found.hot)
         if found.failed:
             rows = load_rows(self.store, self.root)
@@ -350,364 +352,10 @@ class Daemon:
             failed=len(found.failed),
         )
 
-    def _touch(self, rels: list[str]) -> None:
-        if not rels:
-            return
-        rows = load_rows(self.store, self.root)
-        now = time.time()
-        put_rows(self.store, {r: {**rows[r], "last_seen": now} for r in rels if r in rows})
-
-    # -- recipes and keys -------------------------------------------------------------
-
-    def _recipe_for(self, persona: str) -> Recipe:
-        """The settings' recipe with persona.toml's bbox_shift, as `hotplate render` uses."""
-        toml = self.root / persona / "persona.toml"
-        try:
-            st = os.stat(toml)
-            key: Any = (st.st_ino, st.st_size, st.st_mtime_ns)
-        except OSError:
-            key = None
-        cached = self._recipes.get(persona)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        options = read_options(self.root, persona) if key is not None else {}
-        recipe = self.c.recipe.for_persona(options, str(toml))
-        self._recipes[persona] = (key, recipe)
-        return recipe
-
-    def _avatar(self, digest: str, recipe: Recipe) -> str:
-        key = (digest, recipe)
-        if key not in self._avatars:
-            self._avatars[key] = plan(digest, recipe).avatar
-        return self._avatars[key]
-
-    def _avatar_of(self, src: Source, digest: str) -> str:
-        return self._avatar(digest, self._recipe_for(src.persona))
-
-    # -- changes ------------------------------------------------------------------------
-
-    def _on_change(self, ch: Change) -> None:
-        kind = ch.kind
-        if kind == IGNORED:
-            self.log("ignore", ch.path, ch.reason)
-        elif kind == OVERFLOW:
-            self.log("warning", msg="the kernel dropped file events (overflow); reconciling")
-            self._next_rescan = 0.0
-        elif kind in (CREATED, MODIFIED, CLOSED):
-            if self.settler.note(ch.path, closed=kind == CLOSED):
-                wait_for = (
-                    "still" if kind == CLOSED or self.mode != "inotify" else "closed and still"
-                )
-                self.log("settle", ch.path, f"{kind}; waiting until it is {wait_for}")
-        elif kind == DELETED:
-            self._gone(ch.path, "deleted")
-        elif kind == MOVED:
-            self._moved(ch.path, ch.dest)
-        elif kind == DIR_CREATED:
-            self._arrived_dir(ch.path, closed=False)
-        elif kind == DIR_MOVED:
-            if ch.path and not ch.dest:
-                self._gone_under(ch.path, "moved out of the folder")
-            elif ch.dest and not ch.path:
-                self._arrived_dir(ch.dest, closed=True)
-            # a rename inside the tree: watchdog reports each file's move after this
-        elif kind == DIR_DELETED and not ch.path:
-            self._fatal = (
-                f"the personas folder {self.root} was deleted or moved away; nothing is watched "
-                f"any more, so the watcher stops (start it again once the folder is back)"
-            )
-            self.log("warning", msg=self._fatal)
-            self.stop()
-        elif kind == DIR_DELETED:
-            self._gone_under(ch.path, "deleted")
-
-    def _gone(self, rel: str, why: str) -> None:
-        self.settler.forget(rel)
-        job = self.jobs.remove_path(rel)
-        dropped = delete_rows(self.store, [rel])
-        if judge(rel).kind == "options":
-            self._options_changed(rel)
-            return
-        extra = f"; left job {job.id}" if job else ""
-        self.log("gone", rel, f"{why}{'; row dropped' if dropped else ''}{extra}")
-
-    def _gone_under(self, prefix: str, why: str) -> None:
-        def below(rel: str) -> bool:
-            return not prefix or rel.startswith(prefix + "/")
-
-        self.settler.forget_under(prefix)
-        for job in list(self.jobs.jobs.values()):
-            for rel in [r for r in job.paths if below(r)]:
-                self.jobs.remove_path(rel)
-        rows = [r for r in load_rows(self.store, self.root) if below(r)]
-        delete_rows(self.store, rows)
-        self.log("gone", prefix + "/", f"{why}; {len(rows)} source rows dropped")
-
-    def _moved(self, src: str, dest: str) -> None:
-        row = self.store.read_value("source", src) if src else None
-        if src:
-            self._gone(src, f"renamed to {dest}" if dest else "moved out of the folder")
-        if not dest:
-            return
-        path = self.root / dest
-        try:
-            stat = stat_of(path)
-        except OSError:
-            return
-        old = row_stat(row) if isinstance(row, dict) else None
-        if old is not None and row.get("digest") and same_file(old, stat):
-            # the same bytes under a new name: seed the stat cache, hash nothing
-            remember(self.store, path, stat, row["digest"])
-            self.settler.note(dest, closed=True, quiet_since=0.0)
-            self.log("moved", dest, f"from {src}: same content, not rehashed")
-        elif self.settler.note(dest, closed=True):
-            self.log("settle", dest, "moved into place; waiting until it is still")
-
-    def _arrived_dir(self, rel_dir: str, closed: bool) -> None:
-        """A folder appeared (mkdir, or moved in whole): note every source in it."""
-        found = 0
-        for dirpath, dirnames, filenames in os.walk(self.root / rel_dir):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-            for name in filenames:
-                rel = rel_of(self.root, Path(dirpath) / name)
-                if judge(rel).kind is not None:
-                    self.settler.note(rel, closed=closed)
-                    found += 1
-        how = "moved in" if closed else "created"
-        self.log("settle", rel_dir + "/", f"folder {how}; {found} files waiting until still")
-
-    def _options_changed(self, rel: str) -> None:
-        persona = rel.split("/", 1)[0]
-        self._recipes.pop(persona, None)
-        try:
-            sources = list(persona_sources(self.root, persona))
-        except OSError:
-            sources = []
-        for src in sources:
-            self.settler.note(rel_of(self.root, src.path), closed=True, quiet_since=0.0)
-        self.log("settle", rel, f"persona options changed; rechecking {len(sources)} sources")
-
-    # -- ready: hash and queue ----------------------------------------------------------
-
-    def _ready(self, rel: str) -> None:
-        if judge(rel).kind == "options":
-            self._options_changed(rel)
-            return
-        src = source_at(self.root, rel)
-        if src is None:
-            self.jobs.remove_path(rel)
-            delete_rows(self.store, [rel])
-            self.log(
-                "ignore", rel, "not a source in the catalog (a same-named still wins, or gone)"
-            )
-            return
-        path = self.root / rel
-        try:
-            before = stat_of(path)
-            digest = file_digest(self.store, path)
-            after = stat_of(path)
-        except FileChangedError:
-            self.settler.note(rel)
-            self.log("settle", rel, "changed while it was hashed; waiting until it is still")
-            return
-        except FileNotFoundError:
-            self._gone(rel, "vanished before it was hashed")
-            return
-        except OSError as exc:
-            self._fail_row(rel, src, f"cannot read it ({exc.strerror}); fix its permissions")
-            return
-        if before != after:
-            self.settler.note(rel)
-            self.log("settle", rel, "changed while it was hashed; waiting until it is still")
-            return
-        try:
-            recipe = self._recipe_for(src.persona)
-            avatar = self._avatar(digest, recipe)
-        except (ValueError, LookupError, OSError) as exc:  # bad persona.toml, missing weights
-            self._fail_row(rel, src, f"{type(exc).__name__}: {exc}", stat=after, digest=digest)
-            return
-        if self.store.get_avatar(avatar) is not None:
-            self.jobs.remove_path(rel)
-            put_rows(self.store, {rel: new_row(self.root, src, after, digest, avatar, HOT)})
-            self._result(rel, src, HOT, None, "")
-            self.log("hot", rel, f"content {digest[:12]} is hot already; nothing to precompile")
-            return
-        job, created = self.jobs.add(avatar, digest, recipe, rel, after)
-        row = new_row(self.root, src, after, digest, avatar, RUNNING if job.running else QUEUED)
-        row["attempts"] = job.attempts
-        put_rows(self.store, {rel: row})
-        if created:
-            self.log("queued", rel, f"job {job.id} for content {digest[:12]}", job=job.id)
-        else:
-            first = next(iter(job.paths))
-            self.log("queued", rel, f"joins job {job.id}: same content as {first}", job=job.id)
-
-    def _fail_row(
-        self, rel: str, src: Source, error: str, stat: FileStat | None = None, digest: str = ""
-    ) -> None:
-        try:
-            stat = stat or stat_of(self.root / rel)
-        except OSError:
-            return
-        row = new_row(self.root, src, stat, digest, "", FAILED)
-        row["error"] = error
-        put_rows(self.store, {rel: row})
-        self._error(rel, error, 1, final=True)
-        self._result(rel, src, FAILED, None, error)
-        self.summary.failed += 1
-        self.log("job-failed", rel, error)
-
-    # -- jobs -----------------------------------------------------------------------------
-
-    def _dispatch(self) -> None:
-        now = time.monotonic()
-        if not self.pool.workers and self.jobs.next_ready(now) is not None:
-            self.pool.start()
-        while True:
-            worker = self.pool.idle()
-            job = self.jobs.next_ready(now) if worker else None
-            if worker is None or job is None:
-                return
-            rel, stat = next(iter(job.paths.items()))
-            self.jobs.start(job, rel, now)
-            self._set_rows(job, state=RUNNING)
-            self.pool.submit(worker, job, self.root / rel, stat)
-            others = f", with {len(job.paths) - 1} same-content files" if len(job.paths) > 1 else ""
-            self.log(
-                "job-start",
-                rel,
-                f"job {job.id}, attempt {job.attempts + 1}/{self.c.retries}, worker pid "
-                f"{worker.pid}{others}",
-                job=job.id,
-                attempt=job.attempts + 1,
-                worker=worker.pid,
-            )
-
-    def _on_outcome(self, o: Outcome) -> None:
-        job, now = o.job, time.monotonic()
-        if o.status == "ok" and o.detail.get("digest", job.digest) != job.digest:
-            # precompile read a snapshot of the new bytes and filed them under their own
-            # digest (never the queued one); the file is hashed again once it is still
-            # and its current content becomes a job of its own (or a hit)
-            made = str(o.detail.get("digest"))[:12]
-            o = Outcome(job, "changed", f"{job.path} changed; content {made} was made hot")
-        if o.status == "ok":
-            self.jobs.finish(job)
-            self.summary.done += 1
-            seconds = float(o.detail.get("seconds", now - job.started))
-            self._set_rows(job, state=HOT, error="", attempts=0, seconds=round(seconds, 3))
-            for rel in job.paths:
-                self._result_of(rel, HOT, seconds, "")
-            cached = " (every stage was a cache hit)" if o.detail.get("hit") else ""
-            self.log(
-                "job-done",
-                job.path,
-                f"job {job.id} hot in {seconds:.2f} s{cached}; {len(job.paths)} source(s)",
-                job=job.id,
-                seconds=round(seconds, 3),
-            )
-        elif o.status == "changed":
-            self.jobs.finish(job)
-            for rel in job.paths:
-                self.settler.note(rel, closed=rel != job.path, quiet_since=None)
-            self.log(
-                "settle",
-                job.path,
-                f"job {job.id} stopped: {o.detail}; its new content is queued as a new job "
-                f"once the file is still",
-            )
-        else:
-            job.attempts += 1
-            error = str(o.detail)
-            final = job.attempts >= self.c.retries
-            self._error(job.path, error, job.attempts, final)
-            if not final:
-                delay = backoff_delay(job.attempts, self.c.backoff)
-                self.jobs.defer(job, now + delay, error)
-                self.retried += 1
-                self._set_rows(job, state=RETRY, error=error, attempts=job.attempts)
-                self.log(
-                    "job-retry",
-                    job.path,
-                    f"job {job.id} failed (attempt {job.attempts}/{self.c.retries}): {error}; "
-                    f"retrying in {delay:.1f} s",
-                    job=job.id,
-                    error=error,
-                )
-            else:
-                self.jobs.finish(job)
-                self.summary.failed += 1
-                self._set_rows(job, state=FAILED, error=error, attempts=job.attempts)
-                for rel in job.paths:
-                    self._result_of(rel, FAILED, None, error)
-                self.log(
-                    "job-failed",
-                    job.path,
-                    f"job {job.id} gave up after {job.attempts} attempts: {error} "
-                    f"(it is tried again when the file changes)",
-                    job=job.id,
-                    error=error,
-                )
-
-    def _set_rows(self, job: Job, **changes: Any) -> None:
-        rows = {}
-        now = time.time()
-        for rel in job.paths:
-            row = self.store.read_value("source", rel)
-            if isinstance(row, dict) and row.get("avatar") == job.avatar:
-                rows[rel] = {**row, **changes, "updated": now, "last_seen": now}
-        put_rows(self.store, rows)
-
-    def _error(self, rel: str, error: str, attempts: int, final: bool) -> None:
-        self.errors.append(
-            {"path": rel, "error": error, "time": time.time(), "attempts": attempts, "final": final}
-        )
-
-    def _result(self, rel: str, src: Source, state: str, seconds: float | None, error: str) -> None:
-        self.summary.results[rel] = {
-            "persona": src.persona,
-            "attire": src.attire,
-            "motion": src.motion,
-            "state": state,
-            "seconds": seconds,
-            "error": error,
-        }
-
-    def _result_of(self, rel: str, state: str, seconds: float | None, error: str) -> None:
-        row = self.store.read_value("source", rel) or {}
-        src = Source(
-            row.get("persona", "?"),
-            row.get("attire", "?"),
-            row.get("motion", "?"),
-            self.root / rel,
-            row.get("kind", "?"),
-        )
-        self._result(rel, src, state, seconds, error)
-
-    def _write_sync_record(self) -> None:
-        results = self.summary.results
-        errors = [
-            {"path": r, "error": v["error"]} for r, v in results.items() if v["state"] == FAILED
-        ]
-        health.write_json(
-            self.cache / health.SYNC_FILE,
-            {
-                "time": time.time(),
-                "personas": str(self.root),
-                "hot": sum(v["state"] == HOT for v in results.values()),
-                "failed": len(errors),
-                "unchanged": self.summary.unchanged,
-                "errors": errors[:20],
-            },
-        )
-
-    # -- health -----------------------------------------------------------------------------
-
     def heartbeat(self, stopped: float | None = None) -> None:
-        counts: dict[str, int] = {}
-        for row in load_rows(self.store, self.root).values():
-            counts[row.get("state", "?")] = counts.get(row.get("state", "?"), 0) + 1
-        record = {
+        """Write daemon.json (what `hotplate status` reads)."""
+        o = self.outcomes
+        figures = {
             "pid": os.getpid(),
             "started": self.started,
             "personas": str(self.root),
@@ -723,10 +371,7 @@ class Daemon:
             },
             "done": self.summary.done,
             "failed": self.summary.failed,
-            "retried": self.retried,
-            "sources": counts,
-            "errors": list(self.errors),
+            "retried": o.retried if o else 0,
+            "errors": list(o.errors) if o else [],
         }
-        if stopped is not None:
-            record["stopped"] = stopped
-        health.write_heartbeat(self.cache, record)
+        health.beat(self.cache, figures, load_rows(self.store, self.root).values(), stopped)

@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,43 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def write_heartbeat(cache: Path, record: dict[str, Any]) -> None:
     write_json(Path(cache) / HEARTBEAT_FILE, {**record, "heartbeat": time.time()})
+
+
+def beat(
+    cache: Path,
+    figures: Mapping[str, Any],
+    rows: Iterable[Mapping[str, Any]],
+    stopped: float | None = None,
+) -> None:
+    """Write daemon.json: the daemon's own figures and how many sources are in each state
+    (`rows`: the `source` table's rows)."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.get("state", "?")] = counts.get(row.get("state", "?"), 0) + 1
+    record = {**figures, "sources": counts}
+    if stopped is not None:
+        record["stopped"] = stopped
+    write_heartbeat(cache, record)
+
+
+def write_sync(
+    cache: Path, personas: Path, results: Mapping[str, Mapping[str, Any]], unchanged: int
+) -> None:
+    """Write sync.json for the `hotplate sync` that ends now (`results`: rel -> its state)."""
+    errors = [
+        {"path": r, "error": v["error"]} for r, v in results.items() if v["state"] == "failed"
+    ]
+    write_json(
+        Path(cache) / SYNC_FILE,
+        {
+            "time": time.time(),
+            "personas": str(personas),
+            "hot": sum(v["state"] == "hot" for v in results.values()),
+            "failed": len(errors),
+            "unchanged": unchanged,
+            "errors": errors[:20],
+        },
+    )
 
 
 def _clock(t: float) -> str:

@@ -8,8 +8,6 @@ a time, and turns what comes back -- a result, or a process that died -- into an
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -18,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cachestore.keys import FileStat
+from watcher.process import spawn
 from watcher.worker import DEFAULT_JOB, worker_main
 
 
@@ -155,7 +154,6 @@ class WorkerPool:
             raise ValueError(f"workers={size} must be >= 1")
         self.size, self.cache, self.job_spec = size, Path(cache), job
         self.map_size = map_size
-        self.ctx = mp.get_context("spawn")
         self.workers: list[Worker] = []
         self.early_deaths = 0
         self.started = 0
@@ -165,15 +163,11 @@ class WorkerPool:
             self._spawn()
 
     def _spawn(self) -> Worker:
-        parent, child = self.ctx.Pipe(duplex=True)
-        process = self.ctx.Process(
-            target=worker_main,
-            args=(child, str(self.cache), self.job_spec, os.getpid(), self.map_size),
-            name=f"hotplate-worker-{self.started + 1}",
-            daemon=True,
+        process, parent = spawn(
+            worker_main,
+            (str(self.cache), self.job_spec, self.map_size),
+            f"hotplate-worker-{self.started + 1}",
         )
-        process.start()
-        child.close()
         self.started += 1
         worker = Worker(process, parent, pid=process.pid or 0)
         self.workers.append(worker)

@@ -22,7 +22,7 @@ EVENTS = (
     "gone",  # a path was deleted or moved away: its row is dropped
     "moved",  # a rename inside the tree
     "reconcile",  # a full scan and what it found
-    "queued",  # a new job
+    "queued",  # a new job, or (with a `same_as` field) a file joining one of the same content
     "job-start",
     "job-done",
     "job-retry",

@@ -19,17 +19,15 @@ returns a dict with at least "digest" (the bytes it processed).
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
-import signal
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cachestore.keys import FileChangedError, FileStat
+from watcher.process import enter, messages, one_line
 
 DEFAULT_JOB = "watcher.worker:precompile_job"
 JobFn = Callable[..., dict]
@@ -65,39 +63,12 @@ def load_job(spec: str) -> JobFn:
 # -- the process ------------------------------------------------------------------------
 
 
-def die_with_parent() -> None:
-    """Linux: get SIGKILL when the daemon dies (kill -9 included), so no orphan keeps
-    precompiling into the store. Elsewhere the closed pipe ends the worker after its job."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def messages(conn: Any) -> Iterator[Any]:
-    """Each message from the parent, until it sends None or the pipe closes."""
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
-        yield msg
-
-
 def worker_main(
-    conn: Any, cache: str, job_spec: str, parent: int, map_size: int | None = None
+    conn: Any, parent: int, cache: str, job_spec: str, map_size: int | None = None
 ) -> None:
     """Entry point of a spawned worker."""
-    die_with_parent()
-    if os.getppid() != parent:  # the daemon died before prctl took effect
+    if not enter(parent):
         return
-    # Ctrl-C reaches the whole process group; the daemon decides what stops, not us.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         job = load_job(job_spec)
     except Exception as exc:
@@ -125,15 +96,10 @@ def run_one(job: JobFn, job_id: int, path: Path, recipe: Any, store: Any, stat: 
     except FileNotFoundError as exc:
         if not path.exists():
             return ("changed", job_id, f"{path} vanished during the job")
-        return ("error", job_id, _one_line(exc))
+        return ("error", job_id, one_line(exc))
     except Exception as exc:
-        return ("error", job_id, _one_line(exc))
+        return ("error", job_id, one_line(exc))
     if now != FileStat(**stat):
         return ("changed", job_id, f"{path} changed during the job")
     result["seconds"] = time.perf_counter() - start
     return ("ok", job_id, result)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or repr(exc)
-    return f"{type(exc).__name__}: {text}"[:500]

@@ -49,10 +49,11 @@ class Service:
         self.queue = JobQueue(self.records, worker_settings, config.workers, config.queue_size)
 
     def recipe_for_backend(self, backend: str) -> Any:
-        recipe = self.config.settings.recipe
-        if backend == "musetalk" and not recipe.vae:
-            recipe = recipe.replace(vae="sd-vae-ft-mse")  # as `hotplate render` does
-        return recipe
+        """The settings' recipe with what `backend` implies (the worker adds persona.toml's),
+        by the rule every front end uses: musetalk's VAE is the one in the models dir."""
+        from pipeline.precompile.recipe import effective_recipe
+
+        return effective_recipe(self.config.settings.recipe, backend=backend)
 
     def new_job(
         self, kind: str, persona: str, attire: str, motion: str | None, backend: str

@@ -1,40 +1,39 @@
 """Render worker processes: each opens the store once and keeps the models it loads.
 
-Like the watcher's workers (watcher/worker.py) they are spawned, never forked (LMDB
+Like the watcher's workers they start by watcher/process.py: spawned, never forked (LMDB
 and torch must be opened fresh), die with the server (PR_SET_PDEATHSIG) and keep models
 in pipeline/nets/modelcache.py for as long as they live. One job at a time, on a pipe:
 
     server -> worker   (job_id, kind, fields, recipe)   or None to exit
     worker -> server   ("ready", pid) once, then per job
                        ("progress", job_id, step, done, total) ...
+                       ("jit", job_id) once, when the avatar is cold and is built first
                        ("ok", job_id, result) | ("error", job_id, http_status, one_line)
 
-kind "render" runs pipeline.render.job.lip_sync (the entry point `hotplate render`
+kind "render" runs pipeline.lip_sync.lip_sync (the entry point `hotplate render`
 uses); kind "precompile" runs pipeline.precompile.run.precompile on the resolved source.
 Cancelling a running job kills its worker; the pool starts another.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import signal
 from pathlib import Path
 from typing import Any
 
-from watcher.worker import _one_line, die_with_parent, messages
+from watcher.process import enter, messages, one_line, spawn
 
 
 def status_for(exc: BaseException) -> int:
     """The HTTP status an exception from a job maps to (4xx: the request's fault)."""
     from pipeline.nets.models import ModelMissingError
     from pipeline.personas import PersonaError
-    from pipeline.render.audio import AudioError
+    from pipeline.render.audio import AudioError, AudioFormatError
 
     if isinstance(exc, PersonaError):
         return 404
     if isinstance(exc, AudioError):
-        return 415 if "decode" in str(exc) or "no audio stream" in str(exc) else 422
+        return 415 if isinstance(exc, AudioFormatError) else 422
     if isinstance(exc, ModelMissingError):
         return 503
     if isinstance(exc, LookupError):
@@ -56,16 +55,28 @@ class Throttle:
             self.last = (step, percent)
             self.conn.send(("progress", self.job_id, step, done, total))
 
+    def jit(self) -> None:
+        """The avatar is cold: the job precompiles it before it renders."""
+        self.conn.send(("jit", self.job_id))
 
-def run_job(store: Any, settings: dict[str, Any], kind: str, fields: dict, recipe: Any, progress):
+
+def run_job(
+    store: Any, settings: dict[str, Any], kind: str, fields: dict, recipe: Any, progress: Throttle
+):
     """One job's result dict; raises what lip_sync or precompile raise."""
-    personas, models = Path(settings["personas"]), settings["models"]
+    personas = Path(settings["personas"])
     if kind == "render":
-        from pipeline.render.job import LipSyncRequest, lip_sync
+        from pipeline.lip_sync import LipSyncRequest, lip_sync
 
         request = LipSyncRequest(**fields)
         outcome = lip_sync(
-            store, personas, recipe, request, models, settings["loop"], progress=progress
+            store,
+            personas,
+            recipe,
+            request,
+            settings["loop"],
+            progress=progress,
+            on_jit=progress.jit,
         )
         return {
             "avatar": outcome.avatar,
@@ -89,12 +100,10 @@ def run_job(store: Any, settings: dict[str, Any], kind: str, fields: dict, recip
     return {"avatar": report.avatar, "jit": not report.hit, "frames": report.counts.get("frames")}
 
 
-def worker_main(conn: Any, settings: dict[str, Any], parent: int) -> None:
+def worker_main(conn: Any, parent: int, settings: dict[str, Any]) -> None:
     """Entry point of a spawned render worker."""
-    die_with_parent()
-    if os.getppid() != parent:
+    if not enter(parent):  # dies with the server, which decides when workers stop
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server decides when workers stop
     from cachestore.store import open_store
 
     store = open_store(settings["cache"], map_size=settings.get("map_size"))
@@ -104,7 +113,7 @@ def worker_main(conn: Any, settings: dict[str, Any], parent: int) -> None:
         try:
             result = run_job(store, settings, kind, fields, recipe, Throttle(conn, job_id))
         except Exception as exc:
-            conn.send(("error", job_id, status_for(exc), _one_line(exc)))
+            conn.send(("error", job_id, status_for(exc), one_line(exc)))
         else:
             conn.send(("ok", job_id, result))
 
@@ -118,16 +127,7 @@ class RenderWorker:
         self.conn: Any = None
 
     def start(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(
-            target=worker_main,
-            args=(child, self.settings, os.getpid()),
-            name="hotplate-render-worker",
-            daemon=True,
-        )
-        self.process.start()
-        child.close()
+        self.process, self.conn = spawn(worker_main, (self.settings,), "hotplate-render-worker")
         ready = self.recv()
         if ready is None or ready[0] != "ready":
             raise RuntimeError(f"render worker failed to start (exit code {self.exitcode()})")

@@ -32,7 +32,7 @@ class Backend:
     packages: tuple[str, ...]  # import names that must be present
     weights: tuple[
         tuple[str, ...], ...
-    ]  # each needed file, as alternative names under the models dir; () = embedded
+    ]  # each needed file, as alternative names under the models dir, preferred first; () = embedded
     embedded_in: str = ""  # distribution that ships the weights, for embedded ones
     note: str = ""
     licence: str = ""  # of the weights, as `hotplate doctor` states it
@@ -90,14 +90,8 @@ BACKENDS: tuple[Backend, ...] = (
         "dwpose",
         ("torch", "cv2"),
         (("dwpose/dw-ll_ucoco_384.pth", "dw-ll_ucoco_384.pth"),),
-        note="DWPose RTMPose-l whole-body (upstream MuseTalk's); code Apache-2.0, weights their own terms",
-    ),
-    Backend(
-        "landmarks",
-        "dwpose",
-        ("torch",),
-        (("dwpose/dw-ll_ucoco_384.pth", "dw-ll_ucoco_384.pth"),),
-        note="DWPose RTMPose-l whole body, face points 23-90 (MuseTalk's)",
+        note="DWPose RTMPose-l whole body, face points 23-90 (upstream MuseTalk's); "
+        "code Apache-2.0, weights their own terms",
     ),
     Backend(
         "mask",

@@ -163,10 +163,6 @@ def _float(out: Any) -> Any:
     return out.float()
 
 
-def _unwrap(out: Any) -> Any:
-    return list(out) if isinstance(out, list | tuple) else out
-
-
 class _OnnxRunner:
     """ONNX Runtime session of the module, exported once with a dynamic batch dimension."""
 

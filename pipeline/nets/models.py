@@ -23,7 +23,12 @@ _identity_lock = threading.Lock()
 
 
 class ModelMissingError(FileNotFoundError):
-    """Weights that are not on disk; the message names every path tried and the fix."""
+    """Weights that are not on disk; the message names every path tried and the fix.
+    `missing` is the message without its fix (what `hotplate doctor` lists)."""
+
+    def __init__(self, message: str, missing: str = "") -> None:
+        super().__init__(message)
+        self.missing = missing or message
 
 
 def hub_dirs() -> list[Path]:
@@ -96,10 +101,14 @@ def vae_files(models_dir: Path | str | None, name: str) -> tuple[Path, Path]:
     config = directory / VAE_CONFIG
     weights = next((directory / w for w in VAE_WEIGHTS if (directory / w).is_file()), None)
     if not config.is_file() or weights is None:
-        raise ModelMissingError(
+        missing = (
             f"VAE {name!r}: {directory} must hold {VAE_CONFIG} and {VAE_WEIGHTS[0]} "
-            f"(or {VAE_WEIGHTS[1]}); copy the VAE there (e.g. stabilityai/sd-vae-ft-mse) "
-            "and run `hotplate doctor`"
+            f"(or {VAE_WEIGHTS[1]})"
+        )
+        raise ModelMissingError(
+            f"{missing}; copy the VAE there (e.g. stabilityai/sd-vae-ft-mse) "
+            "and run `hotplate doctor`",
+            missing,
         )
     return config, weights
 
@@ -159,9 +168,11 @@ def unet_files(models_dir: Path | str | None) -> UnetFiles:
         if (root / config).is_file() and found is not None:
             return UnetFiles(version, root / config, found, layout)
     tried = "; ".join(f"{root / c} + {' or '.join(w)}" for _, c, w, _ in UNET_LAYOUTS)
+    missing = f"MuseTalk UNet not found; tried {tried}"
     raise ModelMissingError(
-        f"MuseTalk UNet not found; tried {tried}; copy upstream's musetalkV15/ (or musetalk/) "
-        "folder there and run `hotplate doctor`"
+        f"{missing}; copy upstream's musetalkV15/ (or musetalk/) folder there and run "
+        "`hotplate doctor`",
+        missing,
     )
 
 
@@ -189,8 +200,9 @@ def whisper_dir(models_dir: Path | str | None) -> Path:
             return root / name
         misses[name] = missing
     detail = "; ".join(f"{root / n}/ lacks {', '.join(m)}" for n, m in misses.items())
+    missing = f"Whisper not found: {detail}"
     raise ModelMissingError(
-        f"Whisper not found: {detail}; copy openai/whisper-tiny there and run `hotplate doctor`"
+        f"{missing}; copy openai/whisper-tiny there and run `hotplate doctor`", missing
     )
 
 

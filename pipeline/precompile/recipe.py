@@ -3,22 +3,28 @@
 A recipe is plain data. Its fields feed the stage keys (see `pipeline/precompile/plan.py`),
 so a change of any field here is a cache miss for the stages that read it and
 for nothing else.
+
+`effective_recipe` is the one rule for which recipe a request precompiles under; the CLI,
+`lip_sync`, the HTTP service, `ls`/`gc`/`resolve` and the watcher all call it, so the same
+request gives the same avatar key through every front end.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# re-exported for hotplate/serve/app.py's new_job until it imports it from the renderers
+from pipeline.render.renderers import RENDERERS  # noqa: F401
 
 DETECTORS = ("retinaface", "dlib", "s3fd")
 LANDMARKERS = ("retinaface", "dlib", "fan", "dwpose")
 MASKERS = ("landmarks", "bisenet")
 PARSING_MODES = ("jaw", "raw", "neck")  # upstream MuseTalk's BiSeNet mask modes
 CROP_RULES = ("hotplate", "v1.5", "v1.0")  # half-face box rules: hotplate's, or MuseTalk's
-RENDERERS = ("warp", "musetalk")
 FACE_HINTS = ("auto", "largest", "central")  # or "x,y": the face nearest that point
-LOOP_MODES = ("pingpong", "cycle")
 
 
 @dataclass(frozen=True)
@@ -75,9 +81,12 @@ class Recipe:
     def replace(self, **changes: object) -> Recipe:
         return dataclasses.replace(self, **changes)
 
-    def for_persona(self, options: dict[str, object], source: str = "persona.toml") -> Recipe:
-        """This recipe with a persona.toml's overrides (bbox_shift, face), as render, the
-        watcher and gc all apply them, so they agree on the avatar key."""
+    def for_persona(
+        self, options: Mapping[str, object], source: str = "persona.toml", keep_shift: bool = False
+    ) -> Recipe:
+        """This recipe with a persona.toml's overrides (face, bbox_shift; `keep_shift`: a
+        --bbox-shift flag was given, so only the face hint applies). A step of
+        `effective_recipe`; front ends call that."""
         recipe = self
         if "face" in options:
             try:
@@ -85,7 +94,7 @@ class Recipe:
             except ValueError as e:
                 raise ValueError(f"{source}: {e}") from None
             recipe = recipe.replace(face=str(options["face"]))
-        if "bbox_shift" not in options or self.crop_rules == "v1.5":  # v1.5 forces 0
+        if keep_shift or "bbox_shift" not in options or self.crop_rules == "v1.5":  # v1.5: 0
             return recipe
         try:
             return recipe.replace(bbox_shift=int(options["bbox_shift"]))
@@ -126,8 +135,33 @@ MUSETALK_PARTS = (
 )
 
 
+def effective_recipe(
+    settings: Recipe,
+    options: Mapping[str, object] | None = None,
+    backend: str = "",
+    flags: Mapping[str, object] | None = None,
+    source: str = "persona.toml",
+) -> Recipe:
+    """The recipe one request precompiles under. In order:
+
+    1. `settings`: the settings' recipe (hotplate.toml, HOTPLATE_*; it carries models_dir),
+       with the recipe `flags` the caller gave over it (a None value: not given);
+    2. what `backend` implies (musetalk: upstream's preprocessing, see `for_backend`) for
+       the fields neither a flag nor the settings moved off their default ("": none);
+    3. persona.toml's `options` (face, bbox_shift); a bbox_shift flag beats the persona's
+       shift, never its face hint. `source` names the file in errors.
+
+    Raises ValueError naming the field or the persona.toml value and the fix.
+    """
+    given = {name: value for name, value in (flags or {}).items() if value is not None}
+    recipe = settings.replace(**given) if given else settings
+    recipe.check()
+    recipe = for_backend(recipe, backend, frozenset(given))
+    return recipe.for_persona(options or {}, source, keep_shift="bbox_shift" in given)
+
+
 def for_backend(recipe: Recipe, backend: str, explicit: frozenset[str] = frozenset()) -> Recipe:
-    """The recipe a render with `backend` precompiles under.
+    """The recipe a render with `backend` precompiles under (a step of `effective_recipe`).
 
     For musetalk: S3FD, DWPose, BiSeNet in the version's mode (v1.5 jaw, v1.0 raw), the
     version's crop rules (v1.5 also forces bbox_shift 0) and the VAE MuseTalk decodes with,

@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
 
 from cachestore.errors import MissingStageError, StoreFullError, StoreNotWritableError
 from cachestore.flight import DEFAULT_WAIT, Holder, single_flight
@@ -27,25 +23,17 @@ from cachestore.leases import Lease
 from cachestore.pull import pull_on_miss
 from cachestore.push import push_after_build
 from cachestore.store import Store
-from pipeline.frames import FrameSource, frame_name
-from pipeline.nets.modelcache import kept
-from pipeline.parallel import ordered_map
+from pipeline.frames import FrameSource
+from pipeline.hot import hot_check
 from pipeline.precompile.plan import Plan, plan
 from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.stages import Progress, StageResult, StageRunner
+from pipeline.precompile.stages.decode import decode_snapshot
+from pipeline.precompile.stages.latents import latents_stage
+from pipeline.precompile.stages.per_frame import PerFrameStages
+from pipeline.precompile.stages.track import track_stage
 
 logger = logging.getLogger(__name__)
-
-# progress(stage, done, total); total 0 = unknown
-Progress = Callable[[str, int, int], None]
-
-
-@dataclass
-class StageResult:
-    name: str
-    key: str
-    hit: bool
-    seconds: float = 0.0
-    nbytes: int = 0
 
 
 @dataclass
@@ -196,11 +184,9 @@ def _waiting_line(holder: Holder | None, path: Path) -> str:
 
 
 def _hit(store: Store, keys: Plan, report: PrecompileReport) -> bool:
-    """True when the avatar is in the store and whole. The hit path's integrity check reads
-    every blob the avatar names, checksums included (bench/bench_integrity.py: ~1% of a
-    render's reads); a damaged stage is named in report.damaged and rebuilt by the caller."""
-    avatar = store.read_value("avatar", keys.avatar)
-    report.damaged = store.damaged_stages(keys.stages) if avatar is not None else []
+    """True when the avatar is hot (`pipeline.hot.hot_check`, render's definition too); a
+    damaged stage is named in report.damaged and rebuilt by the caller."""
+    avatar, report.damaged = hot_check(store, keys.avatar)
     if avatar is None or report.damaged:
         return False
     records = {n: store.get_stage(k) for n, k in keys.stages.items()}
@@ -270,222 +256,3 @@ def _build(
         },
     )
     return report
-
-
-class StageRunner:
-    """Looks each stage up by key; computes and stores it only on a miss."""
-
-    def __init__(self, store: Store, keys: Plan, report: PrecompileReport, force: bool) -> None:
-        self.store, self.keys, self.report, self.force = store, keys, report, force
-
-    def stage(self, name: str, compute: Callable[[], tuple[dict[str, np.ndarray], dict[str, Any]]]):
-        key = self.keys.stages[name]
-        found = None if self.force else self.store.get_stage(key)
-        if found is not None and self.store.stage_ok(key):
-            self.report.stages.append(StageResult(name, key, True, 0.0, found.nbytes))
-            return found
-        start = time.perf_counter()
-        arrays, meta = compute()
-        record = self.store.put_stage(
-            key, name, arrays, {**meta, "seconds": time.perf_counter() - start}
-        )
-        self.report.stages.append(
-            StageResult(name, key, False, time.perf_counter() - start, record.nbytes)
-        )
-        return record
-
-
-def decode_snapshot(copy: Path, path: Path, recipe: Recipe, progress: Progress):
-    """decode_stage on the snapshot; its errors name the user's file, not the copy."""
-    from pipeline.media import MediaError
-
-    try:
-        return decode_stage(copy, recipe, progress)
-    except MediaError as exc:
-        raise MediaError(str(exc).replace(str(copy), str(path))) from None
-
-
-def decode_stage(path: Path, recipe: Recipe, progress: Progress):
-    from pipeline.media import encode_frame, iter_frames, probe
-
-    info = probe(path)
-    total = (
-        info.frames
-        if recipe.max_frames == 0
-        else min(info.frames or recipe.max_frames, recipe.max_frames)
-    )
-    arrays: dict[str, np.ndarray] = {}
-    shape: tuple[int, ...] = ()
-
-    def encode(frame: np.ndarray) -> tuple[tuple[int, ...], np.ndarray]:
-        return frame.shape, np.frombuffer(encode_frame(frame), np.uint8)
-
-    # PyAV decodes on this thread while OpenCV encodes the previous frames on others
-    for i, (frame_shape, data) in enumerate(
-        ordered_map(encode, iter_frames(path, recipe.max_frames))
-    ):
-        arrays[frame_name(i)], shape = data, frame_shape
-        progress("decode", i + 1, total)
-    height, width = shape[:2]
-    meta = {
-        "frames": len(arrays),
-        "fps": float(info.fps or 25.0),
-        "width": int(width),
-        "height": int(height),
-    }
-    return arrays, meta
-
-
-def track_stage(path: Path, recipe: Recipe, frames: FrameSource, progress: Progress):
-    from pipeline.nets.detectors import load_detector
-    from pipeline.precompile.tracking import track
-
-    detector = kept(
-        "detector",
-        recipe.detector,
-        recipe.models_dir,
-        lambda: load_detector(recipe.detector, recipe.models_dir),
-    )
-    n = len(frames)
-    detected = 0
-
-    def on_batch(k: int) -> None:  # track reports frames per detector batch, not a total
-        nonlocal detected
-        detected += k
-        progress("track", detected, n)
-
-    result = track(
-        n,
-        lambda i: frames.proxy(i, recipe.proxy),
-        detector,
-        stride=recipe.stride,
-        refine_iou=recipe.refine_iou,
-        refine_shift=recipe.refine_shift,
-        face=recipe.face,
-        progress=on_batch,
-        source=str(path),
-    )
-    counts = {
-        "keyframes": len(result.keyframes),
-        "refined": len(result.refined),
-        "healed": len(result.healed),
-        "detections": result.detections,
-    }
-    meta = {
-        "counts": counts,
-        "detector_seconds": result.detector_seconds,
-        "keyframes": list(result.keyframes),
-        "refined": list(result.refined),
-        "healed": list(result.healed),
-    }
-    return {"boxes": result.boxes.astype(np.float32)}, meta
-
-
-class PerFrameStages:
-    """landmarks, crops and masks, each one stage, sharing decoded frames.
-
-    Frames are decoded once per pass and only held for the current index, so memory
-    does not grow with the number of frames (beyond the 256x256 crops).
-    """
-
-    def __init__(
-        self,
-        recipe: Recipe,
-        frames: FrameSource,
-        boxes: np.ndarray,
-        progress: Progress,
-    ) -> None:
-        self.recipe, self.frames, self.boxes, self.progress = recipe, frames, boxes, progress
-        self._crops: tuple[np.ndarray, np.ndarray] | None = None
-
-    def landmarks(self):
-        """Landmarks; crops are made in the same pass (one decode per frame) and kept
-        for the crops stage, which is stored under its own key right after."""
-        from pipeline.nets.landmarks import load_landmarker
-
-        r = self.recipe
-        model = kept(
-            "landmarks",
-            r.landmarks,
-            r.models_dir,
-            lambda: load_landmarker(r.landmarks, r.models_dir),
-        )
-        n = len(self.frames)
-        out = np.zeros((n, 68, 2), np.float32)
-        self._crops = self._empty_crops(n)
-        for i, frame in enumerate(self.frames.each()):
-            out[i] = model.predict(frame, self.boxes[i])
-            self._crop_one(i, frame, out[i])
-            self.progress("landmarks", i + 1, n)
-        return {"landmarks": out}, {}
-
-    def crops(self, landmarks: np.ndarray):
-        if self._crops is None:  # landmarks were a hit: a pass of our own
-            self._crops = self._empty_crops(len(self.frames))
-            for i, frame in enumerate(self.frames.each()):
-                self._crop_one(i, frame, landmarks[i])
-                self.progress("crops", i + 1, len(self.frames))
-        boxes, crops = self._crops
-        return {"crop_boxes": boxes, "crops": crops}, {}
-
-    def _empty_crops(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        size = self.recipe.crop_size
-        return np.zeros((n, 4), np.int32), np.zeros((n, size, size, 3), np.uint8)
-
-    def _crop_one(self, i: int, frame: np.ndarray, landmarks: np.ndarray) -> None:
-        from pipeline.precompile.crops import crop_resize, half_face_box
-
-        boxes, crops = self._crops
-        r = self.recipe
-        boxes[i] = half_face_box(landmarks, r.bbox_shift, frame.shape, self.boxes[i], r.crop_rules)
-        crops[i] = crop_resize(frame, boxes[i], self.recipe.crop_size)
-
-    def masks(self, landmarks: np.ndarray, crop_boxes: np.ndarray):
-        from pipeline.precompile.masks import (
-            bisenet_mask,
-            blend_square,
-            landmark_mask,
-            load_face_parser,
-        )
-
-        n = len(self.frames)
-        squares = np.zeros((n, 4), np.int32)
-        masks = np.zeros((n, 256, 256), np.uint8)
-        r = self.recipe
-        parser = (
-            kept("mask", r.mask, r.models_dir, lambda: load_face_parser(r.mask, r.models_dir))
-            if r.mask == "bisenet"
-            else None
-        )
-        for i in range(n):
-            squares[i] = blend_square(crop_boxes[i])
-            if parser is None:
-                masks[i] = landmark_mask(
-                    landmarks[i], crop_boxes[i], squares[i], 256, self.recipe.mask_feather
-                )
-            else:
-                masks[i] = bisenet_mask(
-                    parser,
-                    self.frames(i),
-                    crop_boxes[i],
-                    squares[i],
-                    256,
-                    r.mask_feather,
-                    r.parsing_mode,
-                )
-            self.progress("masks", i + 1, n)
-        return {"mask_boxes": squares, "masks": masks}, {}
-
-
-def latents_stage(recipe: Recipe, crops: np.ndarray, progress: Progress):
-    from pipeline.nets.vae import encode_latents, load_vae
-
-    vae, _ = kept(
-        "vae", recipe.vae, recipe.models_dir, lambda: load_vae(recipe.models_dir, recipe.vae)
-    )
-    out = np.zeros((len(crops), 8, 32, 32), np.float16)
-    step = 8
-    for i in range(0, len(crops), step):
-        out[i : i + step] = encode_latents(vae, crops[i : i + step], batch=step)
-        progress("latents", min(i + step, len(crops)), len(crops))
-    return {"latents": out}, {}

@@ -15,9 +15,40 @@ from pathlib import Path
 
 import numpy as np
 
+AUDIO_FORMATS = "a WAV, MP3, M4A, FLAC or OGG file"
+
 
 class AudioError(ValueError):
     """The audio file is missing, unreadable, or holds no samples."""
+
+
+class AudioFormatError(AudioError):
+    """The file is not audio (text, an image, a video with no sound, unknown bytes): the
+    HTTP service answers 415 for this, 422 for the other AudioErrors."""
+
+
+def what_file_is(path: Path) -> str:
+    """A few words for what a file that is not audio seems to be, from its first bytes
+    (the user's mistake is usually the wrong file: a README, a photo, a silent clip)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return "unreadable"
+    images = {b"\x89PNG": "a PNG image", b"\xff\xd8\xff": "a JPEG image", b"GIF8": "a GIF image"}
+    for magic, name in images.items():
+        if head.startswith(magic):
+            return name
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "a WebP image"
+    if head.startswith(b"%PDF"):
+        return "a PDF document"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # a cut multi-byte character at the end is still text
+            return "not in a format FFmpeg reads"
+    return "a text file" if head.strip() else "blank"
 
 
 def n_video_frames(seconds: float, fps: float) -> int:
@@ -43,8 +74,11 @@ def load_audio(path: str | Path, sr: int) -> np.ndarray:
     try:
         with av.open(str(path)) as container:
             if not container.streams.audio:
-                raise AudioError(
-                    f"{path} has no audio stream; pass a WAV, MP3, M4A, FLAC or OGG file"
+                kind = what_file_is(path)
+                if "image" not in kind and container.streams.video:
+                    kind = "a video with no sound"
+                raise AudioFormatError(
+                    f"{path} is not audio ({kind}: it has no audio stream); pass {AUDIO_FORMATS}"
                 )
             stream = container.streams.audio[0]
             # Keep the source layout; we average channels ourselves (see docstring).
@@ -57,8 +91,10 @@ def load_audio(path: str | Path, sr: int) -> np.ndarray:
     except AudioError:
         raise
     except (av.error.FFmpegError, ValueError, UnicodeDecodeError) as exc:
-        raise AudioError(
-            f"cannot decode audio file {path}: {exc}; pass a WAV, MP3, M4A, FLAC or OGG file"
+        # FFmpeg's own text ("[Errno 1094995529] Invalid data found ...") helps no one here
+        raise AudioFormatError(
+            f"{path} is not audio ({what_file_is(path)}; FFmpeg cannot decode it); "
+            f"pass {AUDIO_FORMATS}"
         ) from exc
     samples = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
     if samples.size == 0:

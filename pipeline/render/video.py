@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline.assets import AvatarAssets
-from pipeline.precompile.recipe import LOOP_MODES, RENDERERS
 from pipeline.render.audio import load_audio, n_video_frames
-from pipeline.render.schedule import schedule
+from pipeline.render.renderers import RENDERERS
+from pipeline.render.schedule import LOOP_MODES, schedule
 
 if TYPE_CHECKING:
     from pipeline.render.encode import Mp4Writer

@@ -17,10 +17,10 @@ from cachestore.pull import pull_on_miss
 from cachestore.push import wait_for_pushes
 from cachestore.remote import _ATTACHED, _REMOTES, ENV, attach, open_remote
 from cachestore.store import forget_store, open_store
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from pipeline.catalog import plan_for
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
-from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
 from tests.cachestore.nginx import Nginx, free_port
 from tests.integrity import cli
 

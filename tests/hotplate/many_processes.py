@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE = (540, 960)

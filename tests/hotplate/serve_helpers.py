@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from pipeline.synthetic import make_speech_audio, write_loop_video, write_still, write_wav
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_still, write_wav
 
 SIZE = (270, 480)
 READY_TIMEOUT = 180.0  # workers spawn and import torch on a busy 2-core machine

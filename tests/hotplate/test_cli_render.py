@@ -1,6 +1,7 @@
 """`hotplate render` through the real CLI: hot path reads only the store, JIT, bad input."""
 
 import json
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -8,7 +9,7 @@ import textwrap
 import av
 import pytest
 
-from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 
 SIZE = (540, 960)
 
@@ -55,11 +56,31 @@ def render_args(world, out, *extra):
     ]
 
 
-def test_no_jit_on_cold_names_the_command(world):
-    result = hotplate(world, *render_args(world, world / "cold.mp4", "--no-jit"))
-    assert result.returncode == 1
-    assert "hotplate precompile" in result.stderr and "Traceback" not in result.stderr
+def test_no_jit_on_cold_prints_a_fix_that_works_when_pasted(world, tmp_path):
+    """The printed `hotplate precompile` carries the folders and the recipe flags: run as
+    printed, from another directory, it makes the very avatar the render wanted hot."""
+    flags = ("--no-jit", "--stride", "2", "--bbox-shift", "3", "--max-frames", "6")
+    result = hotplate(world, *render_args(world, world / "cold.mp4", *flags))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
     assert not (world / "cold.mp4").exists()
+    command = result.stderr.split("`")[1]
+    words = shlex.split(command)
+    assert words[0] == "hotplate" and "precompile" in words
+    for flag in ("--personas", "--cache", "--stride", "--bbox-shift", "--max-frames"):
+        assert flag in words, command
+    # paste it (`hotplate` is this interpreter's `-m hotplate.cli`) somewhere else
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    pasted = subprocess.run(
+        [sys.executable, "-m", "hotplate.cli", *words[1:]],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+    )
+    assert pasted.returncode == 0, pasted.stderr
+    again = hotplate(world, *render_args(world, world / "cold.mp4", *flags))
+    assert again.returncode == 0, again.stderr
+    assert "cache hit" in again.stdout
 
 
 def test_cold_render_precompiles_just_in_time_then_hot_reads_only_the_store(world):

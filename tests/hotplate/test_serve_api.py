@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.synthetic import write_wav
+from hotplate.demo_data import write_wav
 from tests.hotplate.serve_helpers import (
     Server,
     assert_problem,
@@ -159,6 +159,23 @@ def test_precompile_makes_an_attire_hot_ahead_of_time(client):
     assert {r["attire"]: r["state"] for r in rows}["navy"] == "hot"
     assert_problem(client.get(f"/v1/renders/{done['id']}/video"), 409)
     assert_problem(client.post("/v1/precompile", data={"persona": "astro", "attire": "x"}), 404)
+
+
+def test_a_hot_still_has_a_thumbnail_and_renders_with_motion_default(client, world):
+    """The catalog gives a still `?motion=default`; that used to answer 404."""
+    accepted = client.post("/v1/precompile", data={"persona": "astro", "attire": "default"})
+    assert wait_state(client, accepted.json()["id"], ("done", "failed"))["state"] == "done"
+    rows = client.get("/v1/personas").json()["personas"]
+    still = next(r for r in rows if r["kind"] == "still")
+    assert still["state"] == "hot" and still["thumbnail"].endswith("?motion=default")
+    thumb = client.get(still["thumbnail"])
+    assert thumb.status_code == 200, thumb.text
+    assert thumb.headers["content-type"] == "image/jpeg"
+    rendered = post_render(
+        client, "/v1/lip-sync", world / "two.wav", attire="default", motion="default"
+    )
+    assert rendered.status_code == 200, rendered.text
+    assert rendered.headers["x-hotplate-cache"] == "hit"
 
 
 def test_metrics_in_prometheus_text_format(client):

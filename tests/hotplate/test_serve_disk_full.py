@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from pipeline.synthetic import write_wav
+from hotplate.demo_data import write_wav
 from tests.hotplate.serve_helpers import Server, assert_problem, make_world, post_render, speech
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import av
 import numpy as np
 
 from cachestore.flight import lock_path
-from pipeline.synthetic import write_loop_video
+from hotplate.demo_data import write_loop_video
 from tests.hotplate.many_processes import (
     SIZE,
     as_json,

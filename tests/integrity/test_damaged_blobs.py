@@ -13,9 +13,9 @@ import pytest
 from cachestore import codec
 from cachestore.store import forget_store, open_store
 from cachestore.verify import verify
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
-from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
 from tests.integrity import cli
 
 SIZE = (540, 960)
@@ -89,12 +89,15 @@ def frames_of(path):
 
 def test_flipped_masks_byte_fails_no_jit_in_one_line_then_render_rebuilds(world):
     damage(world / "cache", "masks", "masks")
+    resolved = hotplate(world, "resolve", "--persona", "astro", "--attire", "studio")
+    assert "cold" in resolved.stdout and "masks are damaged" in resolved.stdout, resolved.stdout
 
     refused = render(world, world / "nojit.mp4", "--no-jit")
     assert refused.returncode == 1
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: avatar "), refused.stderr
-    assert "damaged" in lines[0] and "masks" in lines[0] and "hotplate precompile" in lines[0]
+    assert "damaged" in lines[0] and "masks" in lines[0] and "`hotplate --" in lines[0]
+    assert " precompile " in lines[0]
 
     fixed = render(world, world / "fixed.mp4")
     assert fixed.returncode == 0, fixed.stderr

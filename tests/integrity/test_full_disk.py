@@ -12,7 +12,7 @@ import subprocess
 import av
 import pytest
 
-from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from tests.integrity import cli
 from tests.preconditions import require
 

@@ -11,10 +11,10 @@ import pytest
 
 from cachestore.keys import hash_file
 from cachestore.store import forget_store, open_store
+from hotplate.demo_data import write_loop_video
 from pipeline.media import encode_frame, iter_frames
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
-from pipeline.synthetic import write_loop_video
 
 SMALL = (540, 960)
 FRAMES = 24

@@ -1,7 +1,7 @@
 """Small in-memory avatars and audio files for the render tests.
 
 An avatar is built the way precompile builds one, from the project's own pieces:
-frames from `pipeline.synthetic` (the astronaut photo moved by a known affine, whose
+frames from `hotplate.demo_data` (the astronaut photo moved by a known affine, whose
 face boxes are ground truth), dlib's 68 landmarks inside those boxes, half-face crop
 boxes, blend squares and landmark masks. No store is involved: `load_frame` reads a
 list of read-only arrays, so a renderer that writes into its input fails loudly.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hotplate.demo_data import make_loop_frames, make_speech_audio
 from pipeline.assets import AvatarAssets
-from pipeline.synthetic import make_loop_frames, make_speech_audio
 
 SMALL = (360, 640)  # (width, height): portrait, face ~108 px wide
 FULL = (1080, 1920)
@@ -95,7 +95,7 @@ def full_mask(assets: AvatarAssets, i: int) -> np.ndarray:
 
 
 def speech(seconds: float, sr: int = 16000, seed: int = 0) -> np.ndarray:
-    """Syllables and pauses (see pipeline.synthetic.make_speech_audio)."""
+    """Syllables and pauses (see hotplate.demo_data.make_speech_audio)."""
     return make_speech_audio(seconds, sr, seed)
 
 

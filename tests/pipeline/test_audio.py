@@ -2,9 +2,9 @@ import av
 import numpy as np
 import pytest
 
+from hotplate.demo_data import write_wav
 from pipeline.render.audio import AudioError, load_audio, loudness_envelope, n_video_frames
 from pipeline.render.encode import Mp4Writer
-from pipeline.synthetic import write_wav
 from tests.pipeline.render_fixtures import speech, write_audio
 
 SR = 44100
@@ -84,6 +84,28 @@ def test_missing_garbage_empty_and_silent_video(tmp_path):
     with pytest.raises(AudioError, match="video.mp4.*no audio stream"):
         load_audio(tmp_path / "video.mp4", 16000)
     assert issubclass(AudioError, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "what"),
+    [
+        ("README.md", b"# hotplate\n\nKeeps avatars hot.\n", "a text file"),
+        ("photo.wav", b"\x89PNG\r\n\x1a\n" + bytes(200), "a PNG image"),
+        ("noise.mp3", bytes(range(256)) * 20, "not in a format FFmpeg reads"),
+    ],
+)
+def test_a_file_that_is_not_audio_is_named_for_what_it_is(tmp_path, name, data, what):
+    """Not FFmpeg's "[Errno 1094995529] Invalid data found": what the file is, what to pass."""
+    from pipeline.render.audio import AudioFormatError
+
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(AudioFormatError) as err:
+        load_audio(path, 16000)
+    message = str(err.value)
+    assert message.startswith(f"{path} is not audio ({what}")
+    assert message.endswith("pass a WAV, MP3, M4A, FLAC or OGG file")
+    assert "Errno" not in message and "\n" not in message
 
 
 def test_silence_gives_a_closed_mouth():

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import torch
 
+from hotplate.demo_data import make_loop_frames
 from pipeline.media import make_proxy
 from pipeline.nets import models
 from pipeline.nets.detectors import load_detector
@@ -10,7 +11,6 @@ from pipeline.nets.detectors.nms import batched_nms, box_iou
 from pipeline.nets.detectors.s3fd import decode_candidates, postprocess
 from pipeline.nets.models import ModelMissingError, file_identity, find_weights
 from pipeline.precompile.tracking import iou
-from pipeline.synthetic import make_loop_frames
 
 S3FD_FILE = "s3fd-619a316812.pth"
 

@@ -623,9 +623,9 @@ def test_precompile_with_dwpose_keys_on_the_weights(small_models, tmp_path):
     import torch
 
     from cachestore.store import forget_store, open_store
+    from hotplate.demo_data import write_loop_video
     from pipeline.precompile.recipe import Recipe
     from pipeline.precompile.run import precompile
-    from pipeline.synthetic import write_loop_video
 
     loop = write_loop_video(tmp_path / "loop.mp4", n_frames=2, size=(360, 640), motion="gentle")
     store = open_store(tmp_path / "store")

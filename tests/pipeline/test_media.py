@@ -5,7 +5,8 @@ import cv2
 import numpy as np
 import pytest
 
-from pipeline import media, synthetic
+from hotplate import demo_data as synthetic
+from pipeline import media
 from pipeline.media import MediaError, decode_frame, encode_frame, iter_frames, make_proxy, probe
 
 SMALL = (180, 320)  # width, height

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.synthetic import make_speech_audio, write_loop_video, write_wav
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from tests.hotplate.test_cli_render import render_args
 from tests.pipeline.parity_fixtures import save_upstream_models
 from tests.pipeline.render_fixtures import read_video

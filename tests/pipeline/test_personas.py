@@ -127,6 +127,13 @@ def test_unknown_motion_lists_motions(root):
         resolve(root, "ruby", "green", "M1")
 
 
+def test_a_still_answers_to_motion_default(root):
+    """The catalog lists a still with motion "default"; asking for it by that name works."""
+    got = resolve(root, "ruby", "green", "default")
+    assert (got.path.name, got.motion, got.rule) == ("green.webp", "default", "still")
+    assert resolve(root, "ruby", motion="default").rule == "portrait"
+
+
 # -- nothing outside the personas folder ------------------------------------------------------
 
 
@@ -185,3 +192,18 @@ def test_symlink_that_stays_inside_is_followed(root):
     got = resolve(root, "omar", "alias")
     assert got.path == (root / "ruby" / "green.webp").resolve() and got.rule == "still"
     assert os.path.islink(root / "omar" / "alias.png")
+
+
+def test_the_layout_the_watcher_and_the_decoder_agree_on_what_a_still_is(tmp_path):
+    """One list of still suffixes: a .bmp (which the decoder always read as a still) is an
+    attire still for the resolver, the catalog and the watcher too."""
+    from pipeline.catalog import iter_sources
+    from pipeline.media import is_still
+    from watcher.events import judge
+
+    still = tmp_path / "ruby" / "scan.BMP"
+    still.parent.mkdir()
+    still.write_bytes(b"stand-in")
+    assert resolve(tmp_path, "ruby", "scan").rule == "still"
+    assert [(s.attire, s.kind) for s in iter_sources(tmp_path)] == [("scan", "still")]
+    assert judge("ruby/scan.BMP").kind == "still" and is_still(still)

@@ -10,13 +10,13 @@ import pytest
 from cachestore.stats import store_stats
 from cachestore.store import forget_store, open_store
 from cachestore.verify import verify
+from hotplate.demo_data import write_loop_video, write_still
 from pipeline.catalog import plan_for
 from pipeline.media import MediaError
 from pipeline.nets.models import ModelMissingError
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
 from pipeline.precompile.tracking import NoFaceError
-from pipeline.synthetic import write_loop_video, write_still
 
 SMALL = (540, 960)
 
@@ -162,7 +162,7 @@ def test_video_without_a_face_names_the_file_and_leaves_no_manifest(store, tmp_p
 
 
 def test_face_in_only_some_frames_is_healed(store, tmp_path):
-    from pipeline.synthetic import iter_loop_frames
+    from hotplate.demo_data import iter_loop_frames
 
     frames = list(iter_loop_frames(12, SMALL))
     for i in (4, 5, 6):

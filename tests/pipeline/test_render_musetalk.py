@@ -3,6 +3,7 @@ import shutil
 import numpy as np
 import pytest
 
+from hotplate.demo_data import write_wav
 from pipeline.nets.models import ModelMissingError
 from pipeline.render.renderers import load_renderer
 from pipeline.render.renderers.musetalk import (
@@ -13,7 +14,6 @@ from pipeline.render.renderers.musetalk import (
     positional_encoding,
 )
 from pipeline.render.video import render_video
-from pipeline.synthetic import write_wav
 from tests.pipeline.render_fixtures import (
     build_assets,
     full_mask,

@@ -6,6 +6,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from hotplate.demo_data import write_wav
 from pipeline.render.audio import AudioError, load_audio, loudness_envelope
 from pipeline.render.encode import Mp4Writer
 from pipeline.render.renderers import load_renderer
@@ -13,7 +14,6 @@ from pipeline.render.renderers.base import Renderer, blend
 from pipeline.render.renderers.warp import WarpRenderer
 from pipeline.render.schedule import schedule
 from pipeline.render.video import render_video
-from pipeline.synthetic import write_wav
 from tests.pipeline.render_fixtures import FULL, build_assets, full_mask, read_video, speech
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -225,7 +225,7 @@ MEMORY_SCRIPT = textwrap.dedent(
     """
     import resource, sys
     from pipeline.render.video import render_video
-    from pipeline.synthetic import write_wav
+    from hotplate.demo_data import write_wav
     from tests.pipeline.render_fixtures import build_assets, speech
     seconds, out = float(sys.argv[1]), sys.argv[2]
     assets = build_assets(6, (240, 426))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from skimage import data
 
-from pipeline import synthetic
+from hotplate import demo_data as synthetic
 from pipeline.nets.detectors import load_detector
 from pipeline.nets.landmarks import load_landmarker
 from pipeline.nets.landmarks5 import MIRROR, TEMPLATE_68, fit_affine, points_from_five

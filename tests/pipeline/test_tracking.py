@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline import synthetic
+from hotplate import demo_data as synthetic
 from pipeline.media import make_proxy
 from pipeline.nets.detectors import load_detector
 from pipeline.precompile.tracking import (

@@ -36,7 +36,7 @@ def small_recipe() -> Recipe:
 
 
 def write_still(path: Path, seed: int = 0) -> Path:
-    from pipeline.synthetic import write_still as _write
+    from hotplate.demo_data import write_still as _write
 
     path.parent.mkdir(parents=True, exist_ok=True)
     _write(path, size=SMALL, seed=seed)
@@ -44,7 +44,7 @@ def write_still(path: Path, seed: int = 0) -> Path:
 
 
 def write_loop(path: Path, seed: int = 0, n_frames: int = 8) -> Path:
-    from pipeline.synthetic import write_loop_video
+    from hotplate.demo_data import write_loop_video
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_loop_video(path, n_frames=n_frames, size=SMALL, seed=seed)

@@ -144,7 +144,11 @@ def test_identical_files_are_one_job(personas, cache, joblog):
         write_bytes(personas / "bob" / "b.png", data)
         write_bytes(personas / "bob" / "c.png", data)
         d.wait_idle()
+        queued = d.events("queued")
     assert len(done_jobs(joblog)) == 1
+    # a join says so in a field (what `hotplate sync`'s progress counts by), not in its text
+    assert len([r for r in queued if "same_as" not in r]) == 1
+    assert all(r["same_as"] in {"ann/a.png", "bob/b.png", "bob/c.png"} for r in queued[1:])
     rows = source_table(cache, personas)
     assert len({r["avatar"] for r in rows.values()}) == 1 and len(rows) == 3
     assert {r["state"] for r in rows.values()} == {HOT}

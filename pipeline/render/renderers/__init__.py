@@ -7,9 +7,12 @@ blend every renderer uses) imports none of them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pipeline.precompile.recipe import RENDERERS
-from pipeline.render.renderers.base import Renderer
+if TYPE_CHECKING:  # base imports numpy: keep the names below cheap to import
+    from pipeline.render.renderers.base import Renderer
+
+RENDERERS = ("warp", "musetalk")  # the names load_renderer knows
 
 
 def load_renderer(

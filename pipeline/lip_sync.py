@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cachestore.flight import DEFAULT_WAIT
@@ -37,11 +37,23 @@ class LipSyncRequest:
     loop: str | None = None  # None: persona.toml's, else `default_loop`
     fps: float | None = None  # None: persona.toml's, else the renderer's or the loop's
     no_jit: bool = False
-    keep_bbox_shift: bool = False  # an explicit --bbox-shift beats persona.toml
     device: str | None = None  # "cpu", "cuda", "cuda:1"; None = CUDA when there is one
     batch_size: int | None = None  # frames per renderer call; None = the renderer's
-    # recipe fields the caller chose (flags): the backend's implied recipe keeps them
-    explicit: frozenset[str] = frozenset()
+    # recipe fields the caller gave (flags; None = not given), for effective_recipe
+    flags: dict[str, object] = field(default_factory=dict)
+
+
+class NotHotError(LookupError):
+    """The avatar is cold (or damaged) and may not be built here: --no-jit, or a read-only
+    store. Carries what a front end needs to print a fix that works when pasted."""
+
+    def __init__(self, what: str, avatar: str, source: Path, recipe: Recipe, readonly: bool):
+        fix = "" if readonly else " (or drop --no-jit)"
+        super().__init__(
+            f"{what}; precompile {source} under the same recipe where the store is writable{fix}"
+        )
+        self.what = what  # the message without its fix: a front end adds its own
+        self.avatar, self.source, self.recipe, self.readonly = avatar, source, recipe, readonly
 
 
 @dataclass
@@ -66,22 +78,25 @@ def lip_sync(
     personas: Path,
     recipe: Recipe,
     request: LipSyncRequest,
-    models_dir: Path | None = None,
     default_loop: str = "pingpong",
     progress: Progress | None = None,
     flight_wait: float = DEFAULT_WAIT,
     on_wait: Callable[[str], None] | None = None,
+    on_jit: Callable[[], None] | None = None,
 ) -> LipSyncOutcome:
     """Render `request` from hot assets, precompiling its avatar first when it is cold.
 
-    Raises PersonaError (unknown names, listing what exists), ValueError (bad audio or
-    output path), ModelMissingError (weights), LookupError (cold with no_jit, or cold
-    in a read-only store) and whatever precompile and render raise.
+    `recipe` is the settings' recipe (it carries models_dir); the request's backend,
+    flags and the persona's persona.toml are applied by `effective_recipe`, as every
+    front end applies them. Raises PersonaError (unknown names, listing what exists),
+    ValueError (bad audio, output path or flag), ModelMissingError (weights), NotHotError
+    (cold with no_jit, or cold in a read-only store) and whatever precompile and render
+    raise.
     """
     from pipeline.catalog import plan_for
     from pipeline.hot import lease_avatar, load_assets, why_not_hot
     from pipeline.personas import resolve as resolve_source
-    from pipeline.precompile.recipe import for_backend
+    from pipeline.precompile.recipe import effective_recipe
     from pipeline.precompile.run import precompile
     from pipeline.render.video import check_output, render_video
 
@@ -91,16 +106,14 @@ def lip_sync(
     found = resolve_source(personas, request.persona, request.attire, request.motion, request.video)
     check_audio(request.audio)
     check_output(request.output)
-    if recipe.models_dir is None and models_dir is not None:
-        recipe = recipe.replace(models_dir=Path(models_dir))
-    recipe = for_backend(recipe, request.backend, request.explicit)
+    options = found.options
+    source = f"{found.persona}/persona.toml"
+    recipe = effective_recipe(recipe, options, request.backend, request.flags, source)
+    models_dir = recipe.models_dir
     if request.backend == "musetalk":
         from pipeline.render.renderers.musetalk import check_weights
 
         check_weights(models_dir, recipe.vae or None)
-    options = found.options
-    if not request.keep_bbox_shift:
-        recipe = recipe.for_persona(options, f"{found.persona}/persona.toml")
 
     # 2. lease the avatar (gc keeps it from here on), then hot or just in time
     planned = plan_for(store, found.path, recipe)
@@ -109,11 +122,15 @@ def lip_sync(
         if (why := why_not_hot(store, planned.avatar)) is not None:
             if request.no_jit or store.readonly:
                 fix = "the store is read-only here" if store.readonly else "--no-jit was given"
-                raise LookupError(
-                    f"avatar {planned.avatar[:12]} of {found.path.name} {why} and {fix}; "
-                    f"make it hot with `hotplate precompile {found.path}`"
-                    + ("" if store.readonly else " (or drop --no-jit)")
+                raise NotHotError(
+                    f"avatar {planned.avatar[:12]} of {found.path.name} {why} and {fix}",
+                    planned.avatar,
+                    found.path,
+                    recipe,
+                    store.readonly,
                 )
+            if on_jit is not None:  # a typed signal: front ends need not parse step names
+                on_jit()
             jit_start = time.perf_counter()
             report = precompile(
                 found.path,

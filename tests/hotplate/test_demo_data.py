@@ -3,7 +3,7 @@ import wave
 import numpy as np
 import pytest
 
-from pipeline import synthetic
+from hotplate import demo_data as synthetic
 from pipeline.nets.detectors import load_detector
 from pipeline.precompile.tracking import iou
 

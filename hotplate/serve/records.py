@@ -1,0 +1,205 @@
+"""Job records: one SQLite file beside the store, and the data directory a server owns.
+
+A job is queued, running, then done, failed or cancelled. Its record survives restarts:
+at start, jobs a dead server left queued or running are marked failed with the reason.
+Outputs older than the retention period are deleted (the record stays, state expired).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from cachestore.atomic import temps_of
+from cachestore.flight import Holder
+
+FINISHED = ("done", "failed", "cancelled", "expired")
+
+
+@dataclass
+class Job:
+    id: str
+    kind: str  # render or precompile
+    persona: str
+    attire: str
+    motion: str | None
+    backend: str
+    created: float
+    state: str = "queued"
+    started: float | None = None
+    finished: float | None = None
+    step: str = ""
+    done: int = 0
+    total: int = 0
+    jit: bool | None = None
+    jit_seconds: float | None = None
+    first_frame_seconds: float | None = None
+    total_seconds: float | None = None
+    audio_seconds: float | None = None
+    avatar: str | None = None
+    error: str | None = None
+    status: int | None = None  # the HTTP status of a failure
+    audio: str | None = None  # the uploaded file (deleted when the job ends)
+    video: str | None = None  # the output (kept for the retention period)
+    owner: str | None = None  # the client that created it (guard.client_id); may cancel it
+
+    def __post_init__(self) -> None:
+        if self.jit is not None:  # SQLite gives 0/1 back
+            self.jit = bool(self.jit)
+
+    def public(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k not in ("audio", "video")}
+        out["progress"] = round(self.fraction(), 4)
+        out["status_url"] = f"/v1/renders/{self.id}"
+        if self.kind == "render" and self.state == "done":
+            out["video_url"] = f"/v1/renders/{self.id}/video"
+        return out
+
+    def fraction(self) -> float:
+        """Overall progress: a JIT precompile is the first half, the render the rest."""
+        if self.state == "done":
+            return 1.0
+        part = self.done / self.total if self.total else 0.0
+        if self.kind == "precompile":
+            return part
+        if self.step == "render":
+            return 0.5 + 0.5 * part if self.jit else part
+        return 0.5 * part if self.step else 0.0
+
+
+COLUMNS = [f.name for f in fields(Job)]
+
+
+class JobRecords:
+    """The jobs table, one SQLite file; safe to call from any thread."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.lock = threading.Lock()
+        cols = ", ".join(f"{c} {'TEXT PRIMARY KEY' if c == 'id' else ''}" for c in COLUMNS)
+        with self.lock:
+            self.db.execute(f"CREATE TABLE IF NOT EXISTS jobs ({cols})")
+            have = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
+            for missing in (c for c in COLUMNS if c not in have):  # records of older servers
+                self.db.execute(f"ALTER TABLE jobs ADD COLUMN {missing}")
+
+    def save(self, job: Job) -> None:
+        row = asdict(job)
+        marks = ", ".join("?" for _ in COLUMNS)
+        with self.lock:
+            self.db.execute(
+                f"INSERT OR REPLACE INTO jobs ({', '.join(COLUMNS)}) VALUES ({marks})",
+                [row[c] for c in COLUMNS],
+            )
+
+    def get(self, job_id: str) -> Job | None:
+        rows = self._select("WHERE id = ?", (job_id,))
+        return rows[0] if rows else None
+
+    def recent(self, limit: int = 50) -> list[Job]:
+        return self._select("ORDER BY created DESC LIMIT ?", (limit,))
+
+    def delete(self, job_id: str) -> None:
+        with self.lock:
+            self.db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+
+    def _select(self, where: str, args: tuple) -> list[Job]:
+        with self.lock:
+            rows = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM jobs {where}", args)
+            return [Job(**dict(zip(COLUMNS, row, strict=True))) for row in rows.fetchall()]
+
+    def fail_interrupted(self) -> list[Job]:
+        """Mark what a dead server left queued or running as failed; returns those jobs."""
+        left = self._select("WHERE state IN ('queued', 'running')", ())
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        for job in left:
+            job.error = (
+                f"the server stopped while this job was {job.state} (restarted {when}); "
+                "submit it again"
+            )
+            job.state, job.status, job.finished = "failed", 503, time.time()
+            remove(job.audio, job.video)
+            job.audio = job.video = None
+            self.save(job)
+        return left
+
+    def expire(self, older_than: float) -> int:
+        """Delete the outputs of jobs finished before `older_than`; returns how many."""
+        old = self._select(
+            "WHERE finished IS NOT NULL AND finished < ? AND video IS NOT NULL", (older_than,)
+        )
+        for job in old:
+            remove(job.video)
+            job.video, job.state = None, "expired" if job.state == "done" else job.state
+            self.save(job)
+        return len(old)
+
+
+def remove(*paths: str | None) -> None:
+    """Delete these files and any partial copy of them a killed writer left beside them."""
+    for p in paths:
+        if p:
+            for path in (Path(p), *temps_of(p)):
+                path.unlink(missing_ok=True)
+
+
+LOCK_NAME = "serve.lock"
+_CLAIMED: dict[str, int] = {}  # data dir -> the fd holding its lock, for this process's life
+
+
+class DataDirBusyError(RuntimeError):
+    """Another `hotplate serve` uses this data directory."""
+
+
+def claim_data_dir(data: Path) -> None:
+    """Make this process the one server of `data` (job records, uploads, videos) for as
+    long as it lives: two servers would fail each other's live jobs and delete their
+    files. The kernel drops the lock when the process dies, kill -9 included. Then
+    removes what a dead server left there: uploads and partial videos. Raises
+    DataDirBusyError naming the other server's pid; calling it again is a no-op."""
+    data.mkdir(parents=True, exist_ok=True)
+    real = os.path.realpath(data)
+    if real in _CLAIMED:
+        return
+    fd = os.open(data / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = Holder.read(fd)
+        os.close(fd)
+        raise DataDirBusyError(
+            f"another hotplate serve ({holder or 'a process starting'}) uses {data}; "
+            f"stop it, or give this server its own --data directory"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(Holder.me().record()).encode(), 0)
+    _CLAIMED[real] = fd
+    _sweep_orphans(data)
+
+
+def _sweep_orphans(data: Path) -> None:
+    """Files no live job owns: at start every upload is a dead server's, and so is every
+    partial video (`.<id>.mp4.tmp-*`)."""
+    for path in (data / "uploads").glob("*"):
+        if path.is_file():
+            path.unlink(missing_ok=True)
+    for path in (data / "videos").glob(".*.tmp-*"):
+        path.unlink(missing_ok=True)
+
+
+def snapshot(job: Job) -> tuple:
+    return (job.state, job.step, job.done, job.total)
+
+
+def new_id() -> str:
+    return secrets.token_hex(8)

@@ -1,0 +1,56 @@
+"""`hotplate doctor` as a new user reads it: one row per backend, and fix lines that name
+one path each, the preferred one first."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def doctor(tmp_path: Path, models: Path) -> str:
+    cmd = [sys.executable, "-m", "hotplate.cli", "--cache", str(tmp_path / "cache")]
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO)}
+    env.pop("TORCH_HOME", None)
+    result = subprocess.run(
+        [*cmd, "--models", str(models), "doctor"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr
+    return result.stdout
+
+
+def test_each_backend_has_one_row_and_its_fix_one_path_per_line(tmp_path):
+    models = tmp_path / "models"
+    out = doctor(tmp_path, models)
+    rows = [line for line in out.splitlines() if line.startswith(("ok", "warn", "FAIL"))]
+    names = [row.split(":", 1)[0].split(None, 1)[1] for row in rows]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert sum("landmarks dwpose" in n for n in names) == 1
+
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("warn  mask bisenet"))
+    assert "or" not in lines[at].split(" - ")[0]  # the row names the preferred file only
+    assert lines[at + 1].startswith("      fix: put this file there")
+    assert lines[at + 2].strip() == str(models / "79999_iter.pth")  # preferred first
+    assert lines[at + 3].strip() == f"or {models / 'face-parse-bisent' / '79999_iter.pth'}"
+
+    vae = next(i for i, line in enumerate(lines) if line.startswith("warn  vae sd-vae"))
+    paths = [line.strip().removeprefix("or ") for line in lines[vae + 2 : vae + 8]]
+    assert paths[0] == str(models / "sd-vae" / "config.json")  # upstream's name first
+    assert all(p.startswith(str(models)) and " " not in p for p in paths)
+
+
+def test_musetalk_rows_say_what_is_missing_and_the_fix_once(tmp_path):
+    """The error's `missing` part is the row; its fix is the fix line (not cut from text)."""
+    lines = doctor(tmp_path, tmp_path / "models").splitlines()
+    for name in ("musetalk unet", "musetalk whisper", "musetalk vae"):
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"warn  {name}:"))
+        assert "copy" not in lines[at] and "hotplate doctor" not in lines[at], lines[at]
+        assert lines[at + 1].startswith("      fix: copy upstream MuseTalk's models/ folder")
