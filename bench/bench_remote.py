@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cachestore.pull import pull_avatar  # noqa: E402
 from cachestore.push import push_avatar  # noqa: E402
-from cachestore.remote import _ATTACHED, ENV, attach, open_remote  # noqa: E402
+from cachestore.remote import _ATTACHED, ATTACHED_ENV, ENV, attach, open_remote  # noqa: E402
 from cachestore.store import forget_store, open_store  # noqa: E402
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav  # noqa: E402
 from pipeline.precompile.recipe import Recipe  # noqa: E402
@@ -113,7 +113,7 @@ def run(world: Path, source: Path, nginx: Nginx, args) -> None:
             attach(world / "hook", nginx.url)
         else:
             _ATTACHED.pop(str((world / "hook").resolve()), None)
-            os.environ.pop(ENV, None)  # attach() exported it for child processes
+            os.environ.pop(ATTACHED_ENV, None)  # attach() exported it for child processes
 
     for i in range(6):  # alternating which goes first, so neither side gets the warm-up
         for on in (True, False) if i % 2 == 0 else (False, True):

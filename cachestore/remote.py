@@ -23,6 +23,7 @@ processes a command spawns (the server's, the watcher's) use the same tier.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 import time
@@ -39,6 +40,7 @@ RETRIES = 2  # 5xx and dropped connections, within RETRY_WINDOW
 RETRY_WINDOW = timedelta(seconds=5)
 DOWN_SECONDS = 60.0  # after a failure, this process builds locally without asking again
 ENV = "HOTPLATE_REMOTE"
+ATTACHED_ENV = "HOTPLATE_REMOTE_ATTACHED"  # {store path: url}, for spawned workers
 
 
 class RemoteError(StoreError):
@@ -147,16 +149,25 @@ def open_remote(url: str) -> Remote:
 
 
 def attach(cache: str | os.PathLike, url: str | None) -> None:
-    """Use `url` as the blob tier of the store at `cache` in this process and its children."""
+    """Use `url` as the blob tier of the store at `cache` in this process and its children.
+
+    Children (spawned workers) learn it from ATTACHED_ENV, a map keyed by the store's
+    path: exporting the `remote` setting itself would hand the tier to every store this
+    process opens later, and to every later settings load."""
     if not url:
         return
+    real = os.path.realpath(cache)
     with _LOCK:
-        _ATTACHED[os.path.realpath(cache)] = url
-    os.environ[ENV] = url
+        _ATTACHED[real] = url
+        exported = json.loads(os.environ.get(ATTACHED_ENV) or "{}")
+        exported[real] = url
+        os.environ[ATTACHED_ENV] = json.dumps(exported)
 
 
 def remote_url(cache: str | os.PathLike) -> str | None:
-    return _ATTACHED.get(os.path.realpath(cache)) or os.environ.get(ENV) or None
+    real = os.path.realpath(cache)
+    inherited = json.loads(os.environ.get(ATTACHED_ENV) or "{}").get(real)
+    return _ATTACHED.get(real) or inherited or os.environ.get(ENV) or None
 
 
 def remote_for(store: Any) -> Remote | None:

@@ -15,7 +15,7 @@ import pytest
 
 from cachestore.pull import pull_on_miss
 from cachestore.push import wait_for_pushes
-from cachestore.remote import _ATTACHED, _REMOTES, ENV, attach, open_remote
+from cachestore.remote import _ATTACHED, _REMOTES, ATTACHED_ENV, ENV, attach, open_remote
 from cachestore.store import forget_store, open_store
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from pipeline.catalog import plan_for
@@ -48,6 +48,7 @@ def world(made, tmp_path, monkeypatch):
         shutil.copytree(made / name, tmp_path / name)
     shutil.copy(made / "speech.wav", tmp_path)
     monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.delenv(ATTACHED_ENV, raising=False)
     yield tmp_path
     _ATTACHED.clear()
     _REMOTES.clear()  # a remote marked down in one test is not down in the next
