@@ -8,11 +8,13 @@ than one core). The queues bound memory: it does not grow with the audio length.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +31,26 @@ if TYPE_CHECKING:
     from pipeline.render.renderers.base import Renderer
 
 Progress = Callable[[int, int], None]  # (frames rendered, total frames)
+# (kind, bytes): kind "init" (ftyp+moov) or "fragment" (moof+mdat); see render/fmp4.py
+FragmentSink = Callable[[str, bytes], None]
+
+# The sink `render_video` streams to when its caller passed none: set by `streaming_to`
+# around a call chain that does not pass one through (lip_sync, in a stream worker).
+_SINK: contextvars.ContextVar[FragmentSink | None] = contextvars.ContextVar(
+    "render_sink", default=None
+)
+
+
+@contextlib.contextmanager
+def streaming_to(sink: FragmentSink) -> Iterator[None]:
+    """Within this block, render_video streams a fragmented MP4 to `sink` (and still
+    writes it to its out_path, as it grows, so the file is the same bytes)."""
+    token = _SINK.set(sink)
+    try:
+        yield
+    finally:
+        _SINK.reset(token)
+
 
 _DONE = object()  # end-of-stream marker on the queues
 _POLL = 0.1  # s; how often a blocked thread looks whether it should stop
@@ -100,11 +122,14 @@ def render_video(
     device: str | None = None,
     vae: str | None = None,
     batch_size: int | None = None,
+    sink: FragmentSink | None = None,
 ) -> RenderReport:
     """Render `assets` speaking `audio_path` into the MP4 `out_path`.
 
     The file appears at `out_path` only once it is complete; if anything fails (or
-    `progress` raises), nothing is left behind. Raises ValueError for bad arguments,
+    `progress` raises), nothing is left behind. With a `sink` (or inside `streaming_to`)
+    the output is a fragmented MP4 instead, handed to the sink segment by segment as it
+    is made and written to `out_path` as it grows (removed if the render fails). Raises ValueError for bad arguments,
     AudioError for unreadable audio, ModelMissingError for missing weights. `vae`: the
     VAE that encoded the assets' latents (the recipe's); `device`, `batch_size`: see
     `load_renderer`.
@@ -130,11 +155,16 @@ def render_video(
     renderer.prepare(assets, audio, sr, n_out, out_fps)
 
     # 4-5. fetch -> render -> encode, overlapped; the writer muxes and closes
-    from pipeline.render.encode import Mp4Writer
+    sink = sink or _SINK.get()
+    if sink is not None:
+        writer = _streaming_writer(out_path, sink, assets, out_fps, audio, sr)
+    else:
+        from pipeline.render.encode import Mp4Writer
 
-    with Mp4Writer(
-        out_path, assets.width, assets.height, out_fps, audio=audio, sample_rate=sr
-    ) as writer:
+        writer = Mp4Writer(
+            out_path, assets.width, assets.height, out_fps, audio=audio, sample_rate=sr
+        )
+    with writer:
         first = _run_pipeline(assets, renderer, idxs, writer, progress)
     wall = time.perf_counter() - start
     return RenderReport(
@@ -146,6 +176,39 @@ def render_video(
         wall_seconds=wall,
         first_frame_seconds=(first - start) if first is not None else wall,
     )
+
+
+def _streaming_writer(
+    out_path: Path, sink: FragmentSink, assets: AvatarAssets, fps: float, audio, sr: int
+):
+    """A FragmentWriter whose segments go to `sink` and to `out_path` (appended and
+    flushed as each is made, so a reader of the file sees whole segments appear)."""
+    from pipeline.render.fmp4 import FragmentWriter
+
+    class _Tee(FragmentWriter):
+        def open(self) -> None:
+            self._file = open(out_path, "wb")  # noqa: SIM115 - closed in close/abort
+            super().open()
+
+        def close(self) -> None:
+            try:
+                super().close()
+            finally:
+                self._file.close()
+
+        def abort(self) -> None:
+            super().abort()
+            if getattr(self, "_file", None) is not None:
+                self._file.close()
+                out_path.unlink(missing_ok=True)
+
+    def both(kind: str, data: bytes) -> None:
+        writer._file.write(data)
+        writer._file.flush()
+        sink(kind, data)
+
+    writer = _Tee(both, assets.width, assets.height, fps, audio=audio, sample_rate=sr)
+    return writer
 
 
 class _Stop(Exception):
