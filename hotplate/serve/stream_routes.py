@@ -235,6 +235,7 @@ async def live(ws: WebSocket) -> None:
     job: Job | None = None
     part: Path | None = None
     timings: dict[str, float] = {}
+    failure = "the live client went away"
     try:
         try:
             first = await asyncio.wait_for(ws.receive(), START_TIMEOUT)
@@ -283,15 +284,18 @@ async def live(ws: WebSocket) -> None:
                 raise task.exception()
         await sender  # the receiver ended first (the end message): wait for the output
         await ws.send_text(json.dumps({"type": "done", **_timings(job, timings)}))
+        failure = None
         await ws.close()
     except WebSocketDisconnect:
         pass  # the client went away; the job is stopped below
     except LiveError as exc:
+        failure = exc.detail
         await _error(ws, exc.code, exc.detail)
     except Exception as exc:  # noqa: BLE001 - reported to the client, then the job stopped
-        await _error(ws, INTERNAL, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        failure = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        await _error(ws, INTERNAL, failure)
     finally:
-        await _stop(svc, job, part)
+        await _stop(svc, job, part, failure)
 
 
 async def _error(ws: WebSocket, code: int, detail: str) -> None:
@@ -302,12 +306,18 @@ async def _error(ws: WebSocket, code: int, detail: str) -> None:
         pass
 
 
-async def _stop(svc: Service, job: Job | None, part: Path | None) -> None:
+async def _stop(svc: Service, job: Job | None, part: Path | None, failure: str | None) -> None:
     """End the job if it still runs (the worker sees its input deleted and stops), and
-    leave no input file behind."""
+    leave no input file behind; a session that failed keeps no video."""
     if part is not None:
         part.unlink(missing_ok=True)
-    if job is None or job.state in FINISHED:
+    if job is None or failure is None:
+        return
+    if job.state in FINISHED:
+        if job.state == "done":  # rendered, but the client did not get it all
+            remove(job.video)
+            job.video, job.error = None, f"live session failed: {failure}"
+            svc.records.save(job)
         return
     if job.state == "queued":
         await svc.queue.cancel(job)
