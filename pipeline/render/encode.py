@@ -169,10 +169,18 @@ class Mp4Writer:
         vf = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
         vf.pts = self.frames_written
         vf.time_base = 1 / self.fps
+        if self._keyframe(self.frames_written):
+            from av.video.frame import PictureType
+
+            vf.pict_type = PictureType.I  # libx264 makes it an IDR (closed GOP)
         self._container.mux(self._video.encode(vf))
         self.frames_written += 1
         if self.audio is not None:
             self._write_audio(round(self.frames_written / self.fps * self.sample_rate))
+
+    def _keyframe(self, t: int) -> bool:
+        """Whether frame t must be a keyframe (FragmentWriter: each fragment's first)."""
+        return False
 
     def _write_audio(self, end: int) -> None:
         import av

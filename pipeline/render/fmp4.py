@@ -3,8 +3,9 @@
 `FragmentWriter` encodes like `Mp4Writer` (H.264 + AAC) but into a fragmented MP4
 (`movflags=frag_keyframe+empty_moov+default_base_moof`) whose bytes go to a sink as
 whole boxes: first the init segment (`ftyp` + `moov`), then each fragment (`moof` +
-`mdat`) once it is complete. A keyframe comes exactly every `fragment_frames` frames,
-so every fragment starts on one and lasts at most `fragment_seconds`. The muxer cuts a
+`mdat`) once it is complete. Every fragment starts on a keyframe the writer forces and
+lasts at most `fragment_seconds`; the first few are shorter (RAMP: 1, 2, 4, 8 frames),
+so the first leaves after two frames, not thirteen, are encoded. The muxer cuts a
 fragment when the next keyframe arrives (and the last one at close), so a fragment
 leaves one frame after its last frame was encoded.
 
@@ -17,7 +18,7 @@ playable MP4; Media Source Extensions take the segments one by one.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 
 import numpy as np
@@ -33,6 +34,20 @@ FRAGMENT_SECONDS = 0.5
 MOVFLAGS = "+frag_keyframe+empty_moov+default_base_moof+skip_trailer"
 
 Sink = Callable[[str, bytes], None]  # (kind, data): kind "init" or "fragment"
+RAMP = (1, 2, 4, 8)  # frames in the first fragments: the first one leaves at once
+
+
+def fragment_starts(per: int, ramp: tuple[int, ...] = RAMP) -> Iterator[int]:
+    """First frame of each fragment: the ramp's (capped at `per`), then every `per`."""
+    t = 0
+    for n in ramp:
+        if n >= per:
+            break
+        yield t
+        t += n
+    while True:
+        yield t
+        t += per
 
 
 def fragment_frames(fps: float | Fraction, seconds: float = FRAGMENT_SECONDS) -> int:
@@ -134,8 +149,13 @@ class FragmentWriter(Mp4Writer):
         fragment_seconds: float = FRAGMENT_SECONDS,
         live_audio: bool = False,
         audio_bitrate: int = 128_000,
+        ramp: tuple[int, ...] = RAMP,
     ) -> None:
         self.fragment_frames = fragment_frames(fps, fragment_seconds)
+        self._known_iter = fragment_starts(self.fragment_frames, ramp)
+        self._known = [next(self._known_iter)]  # fragment starts so far, for fragment_end
+        self._starts = fragment_starts(self.fragment_frames, ramp)
+        self.next_start = next(self._starts)  # first frame of the next fragment
         super().__init__(
             "fragmented.mp4",
             width,
@@ -202,6 +222,21 @@ class FragmentWriter(Mp4Writer):
             for out in self._resampler.resample(af):
                 self._container.mux(self._audio_stream.encode(out))
             self._audio_pos = stop
+
+    def _keyframe(self, t: int) -> bool:
+        if t < self.next_start:
+            return False
+        while self.next_start <= t:
+            self.next_start = next(self._starts)
+        return True
+
+    def fragment_end(self, t: int) -> int:
+        """The frame after the fragment that frame t falls in."""
+        import bisect
+
+        while self._known[-1] <= t:
+            self._known.append(next(self._known_iter))
+        return self._known[bisect.bisect_right(self._known, t)]
 
     def _audio_end_for(self, frames: int) -> int:
         return round(frames / self.fps * self.sample_rate)

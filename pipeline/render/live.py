@@ -6,8 +6,9 @@ functions, then `live_render` turns a stream of PCM chunks into fragments:
 
 1. each chunk (s16le, any size, any channel count) becomes float32 mono at the
    renderer's rate (one streaming resampler, so chunk edges leave no clicks);
-2. as soon as the audio covers one more fragment plus the renderer's lookahead, that
-   fragment's frames are rendered: the renderer is prepared on a window of the audio
+2. as soon as the audio covers more frames plus the renderer's lookahead, those
+   frames are rendered (a fragment is complete, and sent, once the first frame of the
+   next one is encoded): the renderer is prepared on a window of the audio
    (CONTEXT_SECONDS before the fragment, its lookahead after), so what a frame shows
    depends on nearby audio only, as a whole-file render's does up to the loudness
    reference (the window's, not the whole clip's);
@@ -19,6 +20,8 @@ Memory: the audio kept is the window (CONTEXT_SECONDS) plus what is not rendered
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -28,11 +31,13 @@ import numpy as np
 
 from cachestore.store import Store
 from pipeline.precompile.recipe import Recipe
-from pipeline.render.video import FragmentSink
+from pipeline.render.audio import n_video_frames
+from pipeline.render.video import _DONE, FragmentSink, _get, _put, _Stop
 
 CONTEXT_SECONDS = 4.0  # audio before a fragment its renderer sees (loudness reference)
 LOOKAHEAD = {"warp": 1, "musetalk": 2}  # frames past a fragment its frames depend on
 FORMATS = ("s16le",)
+MAX_SECONDS = 3600.0  # one take; the server's own audio limit is lower
 Progress = Callable[[str, int, int], None]
 
 
@@ -97,13 +102,17 @@ def live_render(
     vae: str | None = None,
     batch_size: int | None = None,
     progress: Progress | None = None,
+    max_seconds: float = MAX_SECONDS,
 ) -> LiveReport:
     """Render PCM `chunks` (an iterable that blocks until more arrives and ends with the
-    input) into fragments handed to `sink` as soon as their audio is in."""
-    from pipeline.render.audio import n_video_frames
+    input) into fragments handed to `sink` as soon as their audio is in.
+
+    Three threads, as in render_video: stored frames are decoded ahead (their order is
+    known before the audio is), this thread reads the input and renders, and one thread
+    encodes; the queues between them are small, so memory does not grow with the input."""
     from pipeline.render.fmp4 import FragmentWriter
     from pipeline.render.renderers import load_renderer
-    from pipeline.render.schedule import frame_index
+    from pipeline.render.schedule import schedule
 
     renderer = load_renderer(backend, models_dir, device, vae=vae, batch_size=batch_size)
     sr = renderer.sample_rate
@@ -112,7 +121,7 @@ def live_render(
     context = int(round(CONTEXT_SECONDS * out_fps))
     decoder = PcmDecoder(rate, channels, sr)
     report = LiveReport(fps=out_fps)
-    timings = {"prepare": 0.0, "fetch": 0.0, "render": 0.0, "encode": 0.0}
+    timings = {"prepare": 0.0, "render": 0.0}
     first_audio: list[float] = []
     emitted: list[float] = []
 
@@ -125,42 +134,46 @@ def live_render(
     writer = FragmentWriter(
         counted, assets.width, assets.height, out_fps, sample_rate=sr, live_audio=True
     )
-    per = writer.fragment_frames
+    limit = int(max_seconds * out_fps) + 1
+    pipe = _Pipeline(assets, schedule(limit, assets.n_frames, loop), writer)
+    render_owned = getattr(renderer, "render_owned", None)
     kept = np.zeros(0, np.float32)  # audio from sample `kept_from` on
     kept_from = 0
-    done = 0  # frames written
+    done = 0  # frames rendered
 
     def frame_end(t: int) -> int:  # samples up to the end of frame t - 1
         return int(round(t * sr / out_fps))
 
     def render_upto(stop: int, total: int) -> None:
+        """Frames done..stop-1, the renderer prepared on their window of the audio."""
         nonlocal done
+        if stop <= done:
+            return
+        w0 = max(0, done - context)
+        w1 = min(stop + look, total)
+        window = kept[frame_end(w0) - kept_from : frame_end(w1) - kept_from]
+        t0 = time.perf_counter()
+        renderer.prepare(assets, window, sr, w1 - w0, out_fps)
+        t1 = time.perf_counter()
+        batch = max(1, int(renderer.batch_size))
         while done < stop:
-            b = min(stop, done + per)
-            w0 = max(0, done - context)
-            w1 = min(b + look, total)
-            window = kept[frame_end(w0) - kept_from : frame_end(w1) - kept_from]
-            t0 = time.perf_counter()
-            renderer.prepare(assets, window, sr, w1 - w0, out_fps)
-            t1 = time.perf_counter()
-            ts = list(range(done, b))
-            idxs = [frame_index(t, assets.n_frames, loop) for t in ts]
-            frames = [assets.load_frame(i) for i in idxs]
-            t2 = time.perf_counter()
-            out = renderer.render_batch([t - w0 for t in ts], idxs, frames)
-            t3 = time.perf_counter()
+            items = [pipe.frame() for _ in range(done, min(stop, done + batch))]
+            ts = [t - w0 for t, _, _, _ in items]
+            idxs = [i for _, i, _, _ in items]
+            frames = [f for _, _, f, _ in items]
+            if render_owned is not None:
+                out = render_owned(ts, idxs, frames, [o for _, _, _, o in items])
+            else:
+                out = renderer.render_batch(ts, idxs, frames)
             for frame in out:
-                writer.write(frame)
-            t4 = time.perf_counter()
-            timings["prepare"] += t1 - t0
-            timings["fetch"] += t2 - t1
-            timings["render"] += t3 - t2
-            timings["encode"] += t4 - t3
-            done = b
-            if progress is not None:
-                progress("render", done, 0)
+                pipe.encode(("frame", frame))
+            done += len(items)
+        timings["prepare"] += t1 - t0
+        timings["render"] += time.perf_counter() - t1
+        if progress is not None:
+            progress("render", done, 0)
 
-    with writer:
+    with writer, pipe:
         for chunk in chunks:
             if not chunk:
                 continue
@@ -168,11 +181,17 @@ def live_render(
                 first_audio.append(time.perf_counter())
             samples = decoder.feed(chunk)
             kept = np.concatenate([kept, samples])
-            writer.append_audio(samples)
+            pipe.encode(("audio", samples))
             have = kept_from + kept.size
-            ready = n_video_frames(have / sr, out_fps) - look  # frames whose audio is in
-            if ready - done >= per:
-                render_upto(done + (ready - done) // per * per, ready + look)
+            if have > max_seconds * sr:
+                raise ValueError(
+                    f"live input over {max_seconds:g} s; end the take and start another"
+                )
+            # Frames whose audio (and lookahead) is in go now, not a fragment at a time:
+            # a fragment leaves the muxer when the next one's first frame is encoded.
+            ready = int(have * out_fps / sr) - look
+            if ready > done:
+                render_upto(ready, ready + look)
                 # drop audio the next windows will not read
                 keep_from = frame_end(max(0, done - context))
                 if keep_from > kept_from:
@@ -181,12 +200,13 @@ def live_render(
         ended = time.perf_counter()
         tail = decoder.feed(None)
         kept = np.concatenate([kept, tail])
-        writer.append_audio(tail)
+        pipe.encode(("audio", tail))
         have = kept_from + kept.size
         if have == 0:
             raise ValueError("the live input ended before any audio arrived; send PCM first")
         total = max(1, n_video_frames(have / sr, out_fps))
         render_upto(total, total)
+        pipe.finish()
     report.end_lag_seconds = time.perf_counter() - ended
     report.frames = done
     report.audio_seconds = have / sr
@@ -194,6 +214,84 @@ def live_render(
         report.first_fragment_seconds = emitted[0] - first_audio[0]
     report.timings = {k: round(v, 3) for k, v in timings.items()}
     return report
+
+
+class _Pipeline:
+    """The fetch thread (stored frames decoded ahead, in schedule order) and the encode
+    thread (audio and frames to the writer, in the order given)."""
+
+    def __init__(self, assets, idxs: np.ndarray, writer) -> None:
+        self.assets, self.idxs, self.writer = assets, idxs, writer
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.fetched: queue.Queue = queue.Queue(maxsize=6)
+        self.encoding: queue.Queue = queue.Queue(maxsize=64)
+        self.threads = [
+            threading.Thread(target=self._guard(self._fetch), name="live-fetch", daemon=True),
+            threading.Thread(target=self._guard(self._encode), name="live-encode", daemon=True),
+        ]
+
+    def __enter__(self) -> _Pipeline:
+        for th in self.threads:
+            th.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for th in self.threads:
+            th.join()
+        if self.errors and exc[0] is None:
+            raise self.errors[0]
+
+    def _guard(self, fn):
+        def run() -> None:
+            try:
+                fn()
+            except _Stop:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread
+                self.errors.append(exc)
+                self.stop.set()
+
+        return run
+
+    def _fetch(self) -> None:
+        from pipeline.frames import ScheduledFrames
+
+        for item in ScheduledFrames(self.assets.load_frame, self.idxs):
+            _put(self.fetched, item, self.stop)
+
+    def _encode(self) -> None:
+        while (item := _get(self.encoding, self.stop)) is not _DONE:
+            kind, value = item
+            if kind == "audio":
+                self.writer.append_audio(value)
+            else:
+                self.writer.write(value)
+
+    def _check(self) -> None:
+        if self.errors:
+            raise self.errors[0]
+
+    def frame(self) -> tuple:
+        try:
+            return _get(self.fetched, self.stop)
+        except _Stop:
+            self._check()
+            raise
+
+    def encode(self, item) -> None:
+        try:
+            _put(self.encoding, item, self.stop)
+        except _Stop:
+            self._check()
+            raise
+
+    def finish(self) -> None:
+        """Wait until everything given to encode() is written."""
+        self.encode(_DONE)
+        self.threads[1].join()
+        self._check()
 
 
 def live_lip_sync(

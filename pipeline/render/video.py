@@ -123,6 +123,7 @@ def render_video(
     vae: str | None = None,
     batch_size: int | None = None,
     sink: FragmentSink | None = None,
+    cache_bytes: int | None = None,
 ) -> RenderReport:
     """Render `assets` speaking `audio_path` into the MP4 `out_path`.
 
@@ -132,7 +133,8 @@ def render_video(
     is made and written to `out_path` as it grows (removed if the render fails). Raises ValueError for bad arguments,
     AudioError for unreadable audio, ModelMissingError for missing weights. `vae`: the
     VAE that encoded the assets' latents (the recipe's); `device`, `batch_size`: see
-    `load_renderer`.
+    `load_renderer`; `cache_bytes`: decoded stored frames kept for reuse (default
+    pipeline.frames.CACHE_BYTES, 0: decode every output frame's).
     """
     start = time.perf_counter()
     audio_path, out_path = Path(audio_path), Path(out_path)
@@ -165,7 +167,7 @@ def render_video(
             out_path, assets.width, assets.height, out_fps, audio=audio, sample_rate=sr
         )
     with writer:
-        first = _run_pipeline(assets, renderer, idxs, writer, progress)
+        first = _run_pipeline(assets, renderer, idxs, writer, progress, cache_bytes)
     wall = time.perf_counter() - start
     return RenderReport(
         out_path=out_path,
@@ -242,8 +244,17 @@ def _run_pipeline(
     idxs: np.ndarray,
     writer: Mp4Writer,
     progress: Progress | None,
+    cache_bytes: int | None = None,
 ) -> float | None:
-    """Run the three stages; returns when the first frame reached the encoder."""
+    """Run the three stages; returns when the first frame reached the encoder.
+
+    Fetch decodes each stored frame once per reuse (pipeline.frames.ScheduledFrames,
+    `cache_bytes` of decoded frames kept); a renderer with `render_owned` draws into the
+    frames nobody else holds instead of copying them."""
+    from pipeline.frames import CACHE_BYTES
+
+    cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
+    render_owned = getattr(renderer, "render_owned", None)
     batch = max(1, int(renderer.batch_size))
     fetched: queue.Queue = queue.Queue(maxsize=batch + 2)
     rendered: queue.Queue = queue.Queue(maxsize=batch + 2)
@@ -264,8 +275,10 @@ def _run_pipeline(
         return run
 
     def fetch() -> None:
-        for t, i in enumerate(idxs.tolist()):
-            _put(fetched, (t, i, assets.load_frame(i)), stop)
+        from pipeline.frames import ScheduledFrames
+
+        for item in ScheduledFrames(assets.load_frame, idxs, cache_bytes):
+            _put(fetched, item, stop)
         _put(fetched, _DONE, stop)
 
     def encode() -> None:
@@ -292,8 +305,12 @@ def _run_pipeline(
                     break
                 items.append(item)
             if items:
-                ts, ii, frames = zip(*items, strict=True)
-                for out in renderer.render_batch(list(ts), list(ii), list(frames)):
+                ts, ii, frames, owned = (list(v) for v in zip(*items, strict=True))
+                if render_owned is not None:
+                    outs = render_owned(ts, ii, frames, owned)
+                else:
+                    outs = renderer.render_batch(ts, ii, frames)
+                for out in outs:
                     _put(rendered, out, stop)
                 done += len(items)
                 if progress is not None:

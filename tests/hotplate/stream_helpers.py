@@ -53,11 +53,10 @@ def decode_facts(data: bytes, path: Path) -> dict:
 
     path.write_bytes(data)
     with av.open(str(path)) as c:
-        v, a = c.streams.video[0], c.streams.audio[0]
-        frames = [f for f in c.decode(v)]
+        frames = list(c.decode(c.streams.video[0]))
         size = (frames[0].width, frames[0].height) if frames else None
     with av.open(str(path)) as c:
-        v, a = c.streams.video[0], c.streams.audio[0]
+        v = c.streams.video[0]
         keys, spans = [], {"video": [None, 0.0], "audio": [None, 0.0]}
         n = 0
         for p in c.demux():
