@@ -364,7 +364,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             job.public(), status_code=202, headers={"Location": f"/v1/renders/{job.id}"}
         )
 
-    from hotplate.serve.stream_routes import add_routes  # it imports this module
+    from hotplate.serve.stream_routes import add_routes
 
-    add_routes(app)  # POST /v1/lip-sync/stream, WS /v1/live
+    add_routes(app, render_form)  # POST /v1/lip-sync/stream, WS /v1/live
     return app

@@ -22,20 +22,17 @@ SEND_TIMEOUT seconds is dropped with an error (and its job stopped), so the serv
 holds at most one fragment per client in memory.
 """
 
-from __future__ import annotations
-
 import asyncio
 import json
 import os
 import secrets
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 
-from hotplate.serve.app import RenderForm, Service, render_form
 from hotplate.serve.jobs import FINISHED, Job, remove, snapshot
 from hotplate.serve.problems import Problem
 from hotplate.serve.stream_jobs import PART, SegmentReader, fragment_samples
@@ -50,7 +47,9 @@ MAX_CHANNELS = 8
 # close codes (RFC 6455): policy (auth, Origin), unsupported data, too big, server error
 POLICY, UNSUPPORTED, TOO_BIG, INTERNAL = 1008, 1003, 1009, 1011
 
-router = APIRouter()
+# app.py's Service and RenderForm (this module cannot import app.py: app.py imports it)
+Service = Any
+RenderForm = Any
 
 
 def _service(request: Request) -> Service:
@@ -147,40 +146,49 @@ async def _segments(svc: Service, job: Job):
         reader.close()
 
 
-@router.post(
-    "/v1/lip-sync/stream",
-    tags=["renders"],
-    dependencies=[Depends(require_token)],
-    response_class=StreamingResponse,
-    responses={200: {"content": {"video/mp4": {}}}},
-)
-async def lip_sync_stream(
-    request: Request, form: Annotated[RenderForm, Depends(render_form)]
-) -> StreamingResponse:
-    """Render and stream: a fragmented MP4 sent as it is made (see the module doc).
+def make_router(render_form: Any) -> APIRouter:
+    """The routes, with app.py's `render_form` dependency (the form of /v1/lip-sync)."""
+    router = APIRouter()
 
-    Headers: X-Hotplate-Job, X-Hotplate-Events (SSE progress, JIT included)."""
-    svc = _service(request)
-    job = await _submit(svc, form)
-
-    async def body():
-        try:
-            async for seg in _segments(svc, job):
-                yield seg
-        finally:
-            if job.state not in FINISHED:  # the client went away: stop the render
-                _later(svc.queue.cancel(job))
-
-    return StreamingResponse(
-        body(),
-        media_type="video/mp4",
-        headers={
-            "X-Hotplate-Job": job.id,
-            "X-Hotplate-Events": f"/v1/renders/{job.id}/events",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        },
+    @router.post(
+        "/v1/lip-sync/stream",
+        tags=["renders"],
+        dependencies=[Depends(require_token)],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"video/mp4": {}}}},
     )
+    # (no `from __future__ import annotations` in this module: FastAPI must see the
+    # real Annotated object, whose render_form is local to this function)
+    async def lip_sync_stream(
+        request: Request, form: Annotated[Any, Depends(render_form)]
+    ) -> StreamingResponse:
+        """Render and stream: a fragmented MP4 sent as it is made (see the module doc).
+
+        Headers: X-Hotplate-Job, X-Hotplate-Events (SSE progress, JIT included)."""
+        svc = _service(request)
+        job = await _submit(svc, form)
+
+        async def body():
+            try:
+                async for seg in _segments(svc, job):
+                    yield seg
+            finally:
+                if job.state not in FINISHED:  # the client went away: stop the render
+                    _later(svc.queue.cancel(job))
+
+        return StreamingResponse(
+            body(),
+            media_type="video/mp4",
+            headers={
+                "X-Hotplate-Job": job.id,
+                "X-Hotplate-Events": f"/v1/renders/{job.id}/events",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            },
+        )
+
+    router.add_api_websocket_route("/v1/live", live)
+    return router
 
 
 class LiveError(Exception):
@@ -221,7 +229,6 @@ def _start_fields(msg: dict) -> dict:
     return start
 
 
-@router.websocket("/v1/live")
 async def live(ws: WebSocket) -> None:
     """Live lip-sync over a WebSocket (see the module doc for the protocol)."""
     svc: Service = ws.app.state.service
@@ -406,5 +413,6 @@ def _timings(job: Job, t: dict) -> dict:
     return out
 
 
-def add_routes(app: FastAPI) -> None:
-    app.include_router(router)
+def add_routes(app: FastAPI, render_form: Any) -> None:
+    """Register the streaming routes on `app` (create_app calls this)."""
+    app.include_router(make_router(render_form))
