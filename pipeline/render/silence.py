@@ -22,7 +22,7 @@ from pipeline.render.audio import frame_rms
 @dataclass(frozen=True)
 class SilenceParams:
     min_silence: float = 0.3  # s: shorter quiet runs keep talking
-    silence_db: float = 30.0  # dB below the speech level that counts as quiet
+    silence_db: float = 24.0  # dB below the speech level that counts as quiet
     gate_db: float = -50.0  # dBFS: always quiet below this
     fade: float = 0.12  # s: the weight's ramp at each end of a rest
 
