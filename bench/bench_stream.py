@@ -132,16 +132,17 @@ def breakdown(assets, n: int = 50) -> dict:
         regions.append(r._warp(frames[k], plan, float(o[k]), 0.0))
     out["mouth (warp of the region)"] = (time.thread_time() - t) / n
     t = time.thread_time()
-    blended = []
+    blended = [f.copy() for f in frames]
+    out["copy of a whole frame (today's blend makes one)"] = (time.thread_time() - t) / n
+    t = time.thread_time()
     for k, i in enumerate(idxs):
         plan = r._plan(i)
         mbox = assets.mask_boxes[i]
         mask = fit_mask(assets.masks[i], mbox)
         x1, y1, x2, y2 = plan.box
         mask = mask[y1 - mbox[1] : y2 - mbox[1], x1 - mbox[0] : x2 - mbox[0]]
-        f = frames[k].copy()
-        blended.append(blend(f, regions[k], plan.box, mask, plan.box, out=f))
-    out["blend (into the frame)"] = (time.thread_time() - t) / n
+        blend(blended[k], regions[k], plan.box, mask, plan.box, out=blended[k])
+    out["blend (into the frame, in place)"] = (time.thread_time() - t) / n
     t = time.thread_time()
     for f in blended:
         cv2.cvtColor(f, cv2.COLOR_RGB2YUV_I420)
@@ -189,6 +190,7 @@ def main() -> None:
     ap.add_argument("--live-seconds", type=float, default=10.0)
     ap.add_argument("--baseline-ref", default=BASELINE_REF)
     ap.add_argument("--skip-http", action="store_true", help="no server: in process only")
+    ap.add_argument("--only-serve", action="store_true", help="only the HTTP and live parts")
     args = ap.parse_args()
 
     from pipeline.render.schedule import schedule
@@ -214,6 +216,9 @@ def main() -> None:
             f"precompiled in {time.perf_counter() - t0:.1f} s; {args.seconds:g} s of speech"
         )
 
+        if args.only_serve:
+            http_and_live(tmp, args)
+            return
         print(f"\nhot warp render, {args.seconds:g} s at 25 fps:")
         base = baseline(args.baseline_ref, tmp, tmp / "cache", avatar, wav, tmp / "base.mp4")
         line(f"baseline ({args.baseline_ref})", base["frames"], base["wall"], base["cpu"])

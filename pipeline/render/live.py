@@ -36,6 +36,7 @@ from pipeline.render.video import _DONE, FragmentSink, _get, _put, _Stop
 
 CONTEXT_SECONDS = 4.0  # audio before a fragment its renderer sees (loudness reference)
 LOOKAHEAD = {"warp": 1, "musetalk": 2}  # frames past a fragment its frames depend on
+MIN_BATCH = 4  # frames rendered per look at the input, unless a fragment completes sooner
 FORMATS = ("s16le",)
 MAX_SECONDS = 3600.0  # one take; the server's own audio limit is lower
 Progress = Callable[[str, int, int], None]
@@ -189,8 +190,10 @@ def live_render(
                 )
             # Frames whose audio (and lookahead) is in go now, not a fragment at a time:
             # a fragment leaves the muxer when the next one's first frame is encoded.
+            # Each call prepares the renderer on a window of CONTEXT_SECONDS, so frames go
+            # in batches of MIN_BATCH, or as soon as one completes a fragment.
             ready = int(have * out_fps / sr) - look
-            if ready > done:
+            if ready >= done + MIN_BATCH or ready > writer.fragment_end(done):
                 render_upto(ready, ready + look)
                 # drop audio the next windows will not read
                 keep_from = frame_end(max(0, done - context))
