@@ -133,7 +133,7 @@ def breakdown(assets, n: int = 50) -> dict:
     out["mouth (warp of the region)"] = (time.thread_time() - t) / n
     t = time.thread_time()
     blended = [f.copy() for f in frames]
-    out["copy of a whole frame (today's blend makes one)"] = (time.thread_time() - t) / n
+    out["copy of a whole frame, fresh memory (today's blend makes one)"] = (time.thread_time() - t) / n
     t = time.thread_time()
     for k, i in enumerate(idxs):
         plan = r._plan(i)
@@ -327,8 +327,8 @@ def http_and_live(tmp: Path, args) -> None:
         lag = res.arrivals[-1] - res.end_sent_at
         print(
             f"  WS /v1/live, {args.live_seconds:g} s paced in 20 ms chunks: first fragment "
-            f"{1000 * lat:.0f} ms after the first audio (floor: one 0.48 s fragment + 40 ms "
-            f"lookahead), last {1000 * lag:.0f} ms after the end message; server's own "
+            f"{1000 * lat:.0f} ms after the first audio (the first fragment is one frame: floor "
+            f"~120 ms of audio), last {1000 * lag:.0f} ms after the end message; server's own "
             f"figures: {json.dumps({k: res.final.get(k) for k in ('first_fragment_seconds', 'end_lag_seconds', 'frames')})}"
         )
 
