@@ -133,7 +133,9 @@ def breakdown(assets, n: int = 50) -> dict:
     out["mouth (warp of the region)"] = (time.thread_time() - t) / n
     t = time.thread_time()
     blended = [f.copy() for f in frames]
-    out["copy of a whole frame, fresh memory (today's blend makes one)"] = (time.thread_time() - t) / n
+    out["copy of a whole frame, fresh memory (today's blend makes one)"] = (
+        time.thread_time() - t
+    ) / n
     t = time.thread_time()
     for k, i in enumerate(idxs):
         plan = r._plan(i)
