@@ -242,7 +242,8 @@ async def live(ws: WebSocket) -> None:
     job: Job | None = None
     part: Path | None = None
     timings: dict[str, float] = {}
-    failure = "the live client went away"
+    failure: str | None = "the live client went away"
+    code: int | None = None  # close code for the error sent to the client
     try:
         try:
             first = await asyncio.wait_for(ws.receive(), START_TIMEOUT)
@@ -296,13 +297,16 @@ async def live(ws: WebSocket) -> None:
     except WebSocketDisconnect:
         pass  # the client went away; the job is stopped below
     except LiveError as exc:
-        failure = exc.detail
-        await _error(ws, exc.code, exc.detail)
+        failure, code = exc.detail, exc.code
     except Exception as exc:  # noqa: BLE001 - reported to the client, then the job stopped
         failure = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        await _error(ws, INTERNAL, failure)
+        code = INTERNAL
     finally:
+        # first stop the job and clean up, then tell the client: once it sees the close,
+        # nothing of the session is left
         await _stop(svc, job, part, failure)
+    if failure is not None and code is not None:
+        await _error(ws, code, failure)
 
 
 async def _error(ws: WebSocket, code: int, detail: str) -> None:
@@ -314,26 +318,22 @@ async def _error(ws: WebSocket, code: int, detail: str) -> None:
 
 
 async def _stop(svc: Service, job: Job | None, part: Path | None, failure: str | None) -> None:
-    """End the job if it still runs (the worker sees its input deleted and stops), and
-    leave no input file behind; a session that failed keeps no video."""
+    """End the job if it still runs and leave no file behind: a session that failed
+    keeps no video, and its record says why."""
     if part is not None:
-        part.unlink(missing_ok=True)
+        part.unlink(missing_ok=True)  # a worker still reading input sees it gone and stops
     if job is None or failure is None:
         return
-    if job.state in FINISHED:
-        if job.state == "done":  # rendered, but the client did not get it all
-            remove(job.video)
-            job.video, job.error = None, f"live session failed: {failure}"
-            svc.records.save(job)
-        return
-    if job.state == "queued":
-        await svc.queue.cancel(job)
-        return
+    if job.state == "queued" or (job.state == "running" and Path(job.audio).exists()):
+        await svc.queue.cancel(job)  # queued, or its input is whole: it would not stop
     deadline = time.monotonic() + 10.0
     while job.state not in FINISHED and time.monotonic() < deadline:
         await svc.queue.wait(job, snapshot(job), 1.0)
     if job.state not in FINISHED:  # it did not stop on its own: kill it
         await svc.queue.cancel(job)
+    remove(job.video)
+    job.video, job.error = None, f"live session failed: {failure}"
+    svc.records.save(job)
 
 
 async def _receive(ws: WebSocket, part: Path, limit: int, timings: dict) -> None:

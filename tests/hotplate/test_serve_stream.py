@@ -20,7 +20,8 @@ from tests.hotplate.stream_helpers import Boxes, decode_facts, live_connect, liv
 
 pytestmark = pytest.mark.slow
 FPS = 25.0
-MAX_AUDIO_SECONDS = 40.0
+MAX_AUDIO_SECONDS = 120.0  # long enough for a never-reading client to outgrow the
+# loopback socket buffers (tcp_wmem's max, 4 MiB here) before its render ends
 START = {"persona": "astro", "attire": "studio", "sample_rate": 16000, "channels": 1}
 
 
@@ -238,7 +239,7 @@ def test_live_client_that_never_reads_is_dropped(server, world):
     from websockets.exceptions import ConnectionClosed
 
     before = leftovers(world)
-    seconds = MAX_AUDIO_SECONDS - 2
+    seconds = MAX_AUDIO_SECONDS - 10  # ~9 MB of fragments at this size
     ws = live_connect(server.url, rcvbuf=4096)
     ws.send(json.dumps(START))
     pcm = pcm16(make_speech_audio(seconds, sr=16000))
