@@ -5,7 +5,7 @@
 whole boxes: first the init segment (`ftyp` + `moov`), then each fragment (`moof` +
 `mdat`) once it is complete. Every fragment starts on a keyframe the writer forces and
 lasts at most `fragment_seconds`; the first few are shorter (RAMP: 1, 2, 4, 8 frames),
-so the first leaves after two frames, not thirteen, are encoded. The muxer cuts a
+so the first leaves about three frames in, not fourteen. The muxer cuts a
 fragment when the next keyframe arrives (and the last one at close), so a fragment
 leaves one frame after its last frame was encoded.
 
