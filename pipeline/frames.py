@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -11,7 +11,10 @@ from pipeline.parallel import ordered_map
 
 
 class FrameSource:
-    """Stored frames by index, decoded on demand (the source file is never reopened)."""
+    """Stored frames by index, decoded on demand (the source file is never reopened).
+    Each call decodes a new array (`fresh`): the caller may write into it."""
+
+    fresh = True
 
     def __init__(self, store: Store, blobs: dict[str, str], full_side: int) -> None:
         self.store, self.full_side = store, full_side
@@ -41,3 +44,67 @@ class FrameSource:
 
 def frame_name(i: int) -> str:
     return f"frame/{i:06d}"
+
+
+# Decoded frames a render keeps for their next use (see ScheduledFrames): 256 MiB is 43
+# RGB frames at 1080x1920, the whole of a loop of up to 22 stored frames in ping-pong.
+CACHE_BYTES = 256 << 20
+
+
+class ScheduledFrames:
+    """The stored frames of a render's schedule, in order, each decoded once per reuse
+    window: a decoded frame is kept while its next use is among the nearest (Belady's
+    rule: the schedule is known, so when the budget is full the frame needed last goes),
+    so a ping-pong loop that fits in `budget` decodes each stored frame once.
+
+    Iterating gives (t, idx, frame, owned): `owned` frames are the caller's to write into
+    (`load` makes a new array per call, as FrameSource says with `fresh`, and the cache
+    does not keep it); the others are shared, read-only.
+    """
+
+    def __init__(
+        self, load: Callable[[int], np.ndarray], idxs: Sequence[int], budget: int = CACHE_BYTES
+    ) -> None:
+        self.load, self.idxs, self.budget = load, [int(i) for i in idxs], budget
+        self.fresh = bool(getattr(load, "fresh", False))
+        self.next_use = [0] * len(self.idxs)  # next t' > t showing the same frame
+        seen: dict[int, int] = {}
+        for t in range(len(self.idxs) - 1, -1, -1):
+            self.next_use[t] = seen.get(self.idxs[t], 1 << 62)
+            seen[self.idxs[t]] = t
+        self.cache: dict[int, tuple[int, np.ndarray]] = {}  # idx -> (next use, frame)
+        self.used = 0
+        self.decoded = 0
+
+    def __iter__(self) -> Iterator[tuple[int, int, np.ndarray, bool]]:
+        for t, i in enumerate(self.idxs):
+            hit = self.cache.pop(i, None)
+            if hit is not None:
+                frame = hit[1]
+                self.used -= frame.nbytes
+            else:
+                frame = self.load(i)
+                self.decoded += 1
+                if self.fresh:
+                    frame.flags.writeable = False  # it may be kept: nobody writes into it
+            nxt = self.next_use[t]
+            if nxt < (1 << 62) and self._make_room(frame.nbytes, nxt):
+                self.cache[i] = (nxt, frame)
+                self.used += frame.nbytes
+                yield t, i, frame, False
+            else:
+                owned = hit is None and self.fresh
+                if owned:
+                    frame.flags.writeable = True
+                yield t, i, frame, owned
+
+    def _make_room(self, nbytes: int, nxt: int) -> bool:
+        """Evict frames needed later than `nxt` until `nbytes` fit; False if they cannot."""
+        while self.used + nbytes > self.budget:
+            if not self.cache:
+                return False
+            far = max(self.cache, key=lambda k: self.cache[k][0])
+            if self.cache[far][0] <= nxt:
+                return False  # everything kept is needed sooner than this one
+            self.used -= self.cache.pop(far)[1].nbytes
+        return True

@@ -19,7 +19,7 @@ from hotplate.serve.config import ServeConfig
 from hotplate.serve.guard import Guard, Policy
 from hotplate.serve.jobs import Job, JobQueue, JobRecords, claim_data_dir, new_id
 from hotplate.serve.problems import Problem
-from hotplate.serve.routes import access, catalog, docs, health, page, renders
+from hotplate.serve.routes import access, catalog, docs, health, page, renders, stream
 
 __all__ = ["ServeConfig", "Service", "create_app"]
 
@@ -118,6 +118,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     app.include_router(access.router)
     app.include_router(catalog.router)
     app.include_router(renders.router)
+    app.include_router(stream.router)  # POST /v1/lip-sync/stream, WS /v1/live
     return app
 
 

@@ -11,7 +11,8 @@ in pipeline/nets/modelcache.py for as long as they live. One job at a time, on a
                        ("ok", job_id, result) | ("error", job_id, http_status, one_line)
 
 kind "render" runs pipeline.lip_sync.lip_sync (the entry point `hotplate render`
-uses); kind "precompile" runs pipeline.precompile.run.precompile on the resolved source.
+uses); kind "precompile" runs pipeline.precompile.run.precompile on the resolved source;
+kinds "stream" and "live" write a fragmented MP4 as it is made (stream_jobs.py).
 Cancelling a running job kills its worker; the pool starts another.
 """
 
@@ -65,6 +66,10 @@ def run_job(
 ):
     """One job's result dict; raises what lip_sync or precompile raise."""
     personas = Path(settings["personas"])
+    if kind in ("stream", "live"):  # fragmented MP4 as it is made: stream_jobs.py
+        from hotplate.serve.stream_jobs import run_stream_job
+
+        return run_stream_job(store, settings, kind, fields, recipe, progress)
     if kind == "render":
         from pipeline.lip_sync import LipSyncRequest, lip_sync
 

@@ -64,6 +64,8 @@ class Mp4Writer:
         crf: int = DEFAULT_CRF,
         preset: str = DEFAULT_PRESET,
         audio_bitrate: int = 128_000,
+        tune: str | None = None,
+        keyint: int | None = None,
     ) -> None:
         self.path = Path(path)
         self.width, self.height = int(width), int(height)
@@ -73,6 +75,10 @@ class Mp4Writer:
         self.audio = None if audio is None else np.asarray(audio, np.float32).reshape(-1)
         self.sample_rate = int(sample_rate)
         self.crf, self.preset, self.audio_bitrate = crf, preset, audio_bitrate
+        # tune="zerolatency": no B-frames, lookahead or frame threads, so each frame's
+        # packet leaves the encoder as soon as the frame goes in (what a stream needs).
+        # keyint: a keyframe exactly every `keyint` frames (fragments start on one).
+        self.tune, self.keyint = tune, keyint
         self.frames_written = 0
         self._container = None
         self._tmp: Path | None = None
@@ -116,7 +122,12 @@ class Mp4Writer:
         self._w, self._h = self.width - self.width % 2, self.height - self.height % 2
         v = self._container.add_stream("libx264", rate=self.fps)
         v.width, v.height, v.pix_fmt = self._w, self._h, "yuv420p"
-        v.options = {"preset": self.preset, "crf": str(self.crf)}
+        options = {"preset": self.preset, "crf": str(self.crf)}
+        if self.tune:
+            options["tune"] = self.tune
+        if self.keyint:
+            options["x264-params"] = f"keyint={self.keyint}:min-keyint={self.keyint}:scenecut=0"
+        v.options = options
         # Frames are converted with OpenCV's BT.601 limited-range matrix; say so, or
         # players guess BT.709 for HD and shift the colours.
         cc = v.codec_context
@@ -134,29 +145,47 @@ class Mp4Writer:
 
     def write(self, frame: np.ndarray) -> None:
         """Encode one (height, width, 3) uint8 RGB frame, and the audio under it."""
-        import av
         import cv2
 
-        if self._container is None:
-            raise RuntimeError("Mp4Writer.write() called outside `with` / before open()")
         if frame.shape != (self.height, self.width, 3) or frame.dtype != np.uint8:
             raise ValueError(
                 f"frame {frame.shape} {frame.dtype} does not match the video: "
                 f"expected ({self.height}, {self.width}, 3) uint8 RGB"
             )
-        yuv = cv2.cvtColor(frame[: self._h, : self._w], cv2.COLOR_RGB2YUV_I420)
+        self.write_yuv(cv2.cvtColor(frame[: self._h, : self._w], cv2.COLOR_RGB2YUV_I420))
+
+    def write_yuv(self, yuv: np.ndarray) -> None:
+        """Encode one frame given as I420 planes, (h * 3 / 2, w) uint8 (BT.601 limited
+        range, as cv2.COLOR_RGB2YUV_I420 makes them), and the audio under it."""
+        import av
+
+        if self._container is None:
+            raise RuntimeError("Mp4Writer.write() called outside `with` / before open()")
+        if yuv.shape != (self._h * 3 // 2, self._w) or yuv.dtype != np.uint8:
+            raise ValueError(
+                f"I420 frame {yuv.shape} {yuv.dtype} does not match the video: "
+                f"expected ({self._h * 3 // 2}, {self._w}) uint8"
+            )
         vf = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
         vf.pts = self.frames_written
         vf.time_base = 1 / self.fps
+        if self._keyframe(self.frames_written):
+            from av.video.frame import PictureType
+
+            vf.pict_type = PictureType.I  # libx264 makes it an IDR (closed GOP)
         self._container.mux(self._video.encode(vf))
         self.frames_written += 1
         if self.audio is not None:
-            end = round(self.frames_written / self.fps * self.sample_rate)
-            self._write_audio(min(end, self.audio.size))
+            self._write_audio(round(self.frames_written / self.fps * self.sample_rate))
+
+    def _keyframe(self, t: int) -> bool:
+        """Whether frame t must be a keyframe (FragmentWriter: each fragment's first)."""
+        return False
 
     def _write_audio(self, end: int) -> None:
         import av
 
+        end = min(end, self.audio.size)
         while self._audio_pos < end:
             stop = min(end, self._audio_pos + AUDIO_CHUNK)
             chunk = self.audio[self._audio_pos : stop]

@@ -8,11 +8,13 @@ than one core). The queues bound memory: it does not grow with the audio length.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +31,26 @@ if TYPE_CHECKING:
     from pipeline.render.renderers.base import Renderer
 
 Progress = Callable[[int, int], None]  # (frames rendered, total frames)
+# (kind, bytes): kind "init" (ftyp+moov) or "fragment" (moof+mdat); see render/fmp4.py
+FragmentSink = Callable[[str, bytes], None]
+
+# The sink `render_video` streams to when its caller passed none: set by `streaming_to`
+# around a call chain that does not pass one through (lip_sync, in a stream worker).
+_SINK: contextvars.ContextVar[FragmentSink | None] = contextvars.ContextVar(
+    "render_sink", default=None
+)
+
+
+@contextlib.contextmanager
+def streaming_to(sink: FragmentSink) -> Iterator[None]:
+    """Within this block, render_video streams a fragmented MP4 to `sink` (and still
+    writes it to its out_path, as it grows, so the file is the same bytes)."""
+    token = _SINK.set(sink)
+    try:
+        yield
+    finally:
+        _SINK.reset(token)
+
 
 _DONE = object()  # end-of-stream marker on the queues
 _POLL = 0.1  # s; how often a blocked thread looks whether it should stop
@@ -100,14 +122,19 @@ def render_video(
     device: str | None = None,
     vae: str | None = None,
     batch_size: int | None = None,
+    sink: FragmentSink | None = None,
+    cache_bytes: int | None = None,
 ) -> RenderReport:
     """Render `assets` speaking `audio_path` into the MP4 `out_path`.
 
     The file appears at `out_path` only once it is complete; if anything fails (or
-    `progress` raises), nothing is left behind. Raises ValueError for bad arguments,
+    `progress` raises), nothing is left behind. With a `sink` (or inside `streaming_to`)
+    the output is a fragmented MP4 instead, handed to the sink segment by segment as it
+    is made and written to `out_path` as it grows (removed if the render fails). Raises ValueError for bad arguments,
     AudioError for unreadable audio, ModelMissingError for missing weights. `vae`: the
     VAE that encoded the assets' latents (the recipe's); `device`, `batch_size`: see
-    `load_renderer`.
+    `load_renderer`; `cache_bytes`: decoded stored frames kept for reuse (default
+    pipeline.frames.CACHE_BYTES, 0: decode every output frame's).
     """
     start = time.perf_counter()
     audio_path, out_path = Path(audio_path), Path(out_path)
@@ -130,12 +157,17 @@ def render_video(
     renderer.prepare(assets, audio, sr, n_out, out_fps)
 
     # 4-5. fetch -> render -> encode, overlapped; the writer muxes and closes
-    from pipeline.render.encode import Mp4Writer
+    sink = sink or _SINK.get()
+    if sink is not None:
+        writer = _streaming_writer(out_path, sink, assets, out_fps, audio, sr)
+    else:
+        from pipeline.render.encode import Mp4Writer
 
-    with Mp4Writer(
-        out_path, assets.width, assets.height, out_fps, audio=audio, sample_rate=sr
-    ) as writer:
-        first = _run_pipeline(assets, renderer, idxs, writer, progress)
+        writer = Mp4Writer(
+            out_path, assets.width, assets.height, out_fps, audio=audio, sample_rate=sr
+        )
+    with writer:
+        first = _run_pipeline(assets, renderer, idxs, writer, progress, cache_bytes)
     wall = time.perf_counter() - start
     return RenderReport(
         out_path=out_path,
@@ -146,6 +178,39 @@ def render_video(
         wall_seconds=wall,
         first_frame_seconds=(first - start) if first is not None else wall,
     )
+
+
+def _streaming_writer(
+    out_path: Path, sink: FragmentSink, assets: AvatarAssets, fps: float, audio, sr: int
+):
+    """A FragmentWriter whose segments go to `sink` and to `out_path` (appended and
+    flushed as each is made, so a reader of the file sees whole segments appear)."""
+    from pipeline.render.fmp4 import FragmentWriter
+
+    class _Tee(FragmentWriter):
+        def open(self) -> None:
+            self._file = open(out_path, "wb")  # noqa: SIM115 - closed in close/abort
+            super().open()
+
+        def close(self) -> None:
+            try:
+                super().close()
+            finally:
+                self._file.close()
+
+        def abort(self) -> None:
+            super().abort()
+            if getattr(self, "_file", None) is not None:
+                self._file.close()
+                out_path.unlink(missing_ok=True)
+
+    def both(kind: str, data: bytes) -> None:
+        writer._file.write(data)
+        writer._file.flush()
+        sink(kind, data)
+
+    writer = _Tee(both, assets.width, assets.height, fps, audio=audio, sample_rate=sr)
+    return writer
 
 
 class _Stop(Exception):
@@ -179,8 +244,17 @@ def _run_pipeline(
     idxs: np.ndarray,
     writer: Mp4Writer,
     progress: Progress | None,
+    cache_bytes: int | None = None,
 ) -> float | None:
-    """Run the three stages; returns when the first frame reached the encoder."""
+    """Run the three stages; returns when the first frame reached the encoder.
+
+    Fetch decodes each stored frame once per reuse (pipeline.frames.ScheduledFrames,
+    `cache_bytes` of decoded frames kept); a renderer with `render_owned` draws into the
+    frames nobody else holds instead of copying them."""
+    from pipeline.frames import CACHE_BYTES
+
+    cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
+    render_owned = getattr(renderer, "render_owned", None)
     batch = max(1, int(renderer.batch_size))
     fetched: queue.Queue = queue.Queue(maxsize=batch + 2)
     rendered: queue.Queue = queue.Queue(maxsize=batch + 2)
@@ -201,8 +275,10 @@ def _run_pipeline(
         return run
 
     def fetch() -> None:
-        for t, i in enumerate(idxs.tolist()):
-            _put(fetched, (t, i, assets.load_frame(i)), stop)
+        from pipeline.frames import ScheduledFrames
+
+        for item in ScheduledFrames(assets.load_frame, idxs, cache_bytes):
+            _put(fetched, item, stop)
         _put(fetched, _DONE, stop)
 
     def encode() -> None:
@@ -229,8 +305,12 @@ def _run_pipeline(
                     break
                 items.append(item)
             if items:
-                ts, ii, frames = zip(*items, strict=True)
-                for out in renderer.render_batch(list(ts), list(ii), list(frames)):
+                ts, ii, frames, owned = (list(v) for v in zip(*items, strict=True))
+                if render_owned is not None:
+                    outs = render_owned(ts, ii, frames, owned)
+                else:
+                    outs = renderer.render_batch(ts, ii, frames)
+                for out in outs:
                     _put(rendered, out, stop)
                 done += len(items)
                 if progress is not None:

@@ -27,10 +27,11 @@ def public(job: Job) -> dict:
     return out
 
 
-async def submit_render(svc: Any, form: RenderForm, caller: Client) -> Job:
+async def submit_render(svc: Any, form: RenderForm, caller: Client, kind: str = "render") -> Job:
+    """Check and queue a render-like job ("render", or "stream": routes/stream.py)."""
     audio, motion = form.audio, form.motion or None
     backend = form.backend or svc.config.settings.renderer
-    job = await asyncio.to_thread(svc.new_job, "render", form.persona, form.attire, motion, backend)
+    job = await asyncio.to_thread(svc.new_job, kind, form.persona, form.attire, motion, backend)
     job.owner = caller.id
     data = svc.config.data
     path = await save_upload(audio, data / "uploads" / job.id, svc.config.max_upload_bytes)

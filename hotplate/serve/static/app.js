@@ -1,4 +1,5 @@
-// hotplate studio: the gallery, the lip-sync form, progress over SSE, past renders.
+// hotplate studio: the gallery, the lip-sync form, progress over SSE, renders played
+// while they are made (MSE), live mode (the microphone over /v1/live), past renders.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -166,6 +167,7 @@ function updateButtons() {
   const busy = state.job !== null;
   $("render").disabled = busy || !state.persona || !$("audio").files.length;
   $("precompile").disabled = busy || !state.persona;
+  $("live").disabled = (busy && !live.mic) || !state.persona;
   $("cancel").classList.toggle("hidden", !busy);
 }
 
@@ -208,8 +210,7 @@ async function play(job) {
   const player = $("player");
   player.src = await signed(job.video_url);
   player.load();
-  const t = (x) => (x == null ? "–" : `${Number(x).toFixed(2)} s`);
-  $("timings").textContent = `${job.jit ? `cold → precompiled just in time in ${t(job.jit_seconds)}` : "cache hit"} · first frame ${t(job.first_frame_seconds)} · total ${t(job.total_seconds)}`;
+  showTimings(job);
 }
 
 async function submitRender(event) {
@@ -221,6 +222,7 @@ async function submitRender(event) {
   if ($("motion").value) form.append("motion", $("motion").value);
   if ($("backend").value) form.append("backend", $("backend").value);
   form.append("audio", $("audio").files[0]);
+  if ($("stream").checked && window.MediaSource) return streamRender(form);
   const response = await api("/v1/renders", { method: "POST", body: form });
   if (!response.ok) return showError(await problemText(response));
   follow(await response.json(), play);
@@ -242,6 +244,210 @@ async function cancel() {
   await api(`/v1/renders/${state.job.id}`, { method: "DELETE" });
 }
 
+// -- streams: fragmented MP4 into Media Source Extensions ------------------------------
+//
+// Both POST /v1/lip-sync/stream and WS /v1/live send an init segment (ftyp+moov) and
+// then fragments (moof+mdat). MsePlayer takes the bytes in any chunks, cuts them into
+// top-level boxes, creates the SourceBuffer from the init segment's codecs and appends
+// each segment in order; the <video> plays from the first fragment on.
+
+// What the tests (and a curious editor) can read: window.hotplateStream
+window.hotplateStream = { kind: null, bytes: 0, fragments: 0, ended: false, playingBeforeEnd: null, final: null };
+
+function codecsOf(init) {
+  const text = (i, n) => String.fromCharCode(...init.subarray(i, i + n));
+  const hex = (b) => b.toString(16).padStart(2, "0");
+  let video = "avc1.42E01E";
+  for (let i = 4; i + 8 < init.length; i++) {
+    if (text(i, 4) === "avcC") { video = `avc1.${hex(init[i + 5])}${hex(init[i + 6])}${hex(init[i + 7])}`; break; }
+  }
+  const audio = [...Array(init.length - 4).keys()].some((i) => text(i, 4) === "mp4a") ? ',mp4a.40.2' : "";
+  return `video/mp4; codecs="${video}${audio}"`;
+}
+
+class MsePlayer {
+  constructor(video, kind) {
+    this.video = video;
+    this.kind = kind;
+    this.pending = new Uint8Array(0);
+    this.segments = [];
+    this.init = null;
+    this.buffer = null;
+    this.ended = false;
+    this.source = new MediaSource();
+    this.opened = new Promise((resolve) => this.source.addEventListener("sourceopen", resolve, { once: true }));
+    video.src = URL.createObjectURL(this.source);
+    window.hotplateStream = { kind, bytes: 0, fragments: 0, ended: false, playingBeforeEnd: null, final: null, saved: [] };
+    const stream = window.hotplateStream;
+    video.addEventListener("timeupdate", () => {
+      if (stream.playingBeforeEnd === null && video.currentTime > 0) stream.playingBeforeEnd = !stream.ended;
+    });
+  }
+
+  push(bytes) {
+    const stream = window.hotplateStream;
+    stream.bytes += bytes.length;
+    if (stream.saved) stream.saved.push(bytes);
+    const all = new Uint8Array(this.pending.length + bytes.length);
+    all.set(this.pending);
+    all.set(bytes, this.pending.length);
+    let at = 0;
+    const view = new DataView(all.buffer);
+    while (all.length - at >= 8) {
+      const size = view.getUint32(at);
+      if (size < 8 || all.length - at < size) break;
+      const type = String.fromCharCode(...all.subarray(at + 4, at + 8));
+      const box = all.subarray(at, at + size);
+      at += size;
+      if (type === "ftyp") { this.head = [box]; continue; }
+      if (type === "moov") { this.head.push(box); this.setInit(concat(this.head)); continue; }
+      if (type === "moof") { this.head = [box]; continue; }
+      if (type === "mdat") { this.head.push(box); this.segments.push(concat(this.head)); stream.fragments += 1; }
+    }
+    this.pending = all.slice(at);
+    this.pump();
+  }
+
+  async setInit(init) {
+    await this.opened;
+    this.buffer = this.source.addSourceBuffer(codecsOf(init));
+    this.buffer.mode = "segments";
+    this.buffer.addEventListener("updateend", () => this.pump());
+    this.segments.unshift(init);
+    this.pump();
+  }
+
+  pump() {
+    if (!this.buffer || this.buffer.updating) return;
+    if (this.segments.length) {
+      this.buffer.appendBuffer(this.segments.shift());
+      if (this.video.paused && this.buffer.buffered.length === 0) this.video.play().catch(() => {});
+      return;
+    }
+    if (this.ended && this.source.readyState === "open") this.source.endOfStream();
+    if (this.video.paused && this.buffer.buffered.length) this.video.play().catch(() => {});
+    // live: stay near the live edge if playback fell behind
+    if (this.kind === "live" && this.buffer.buffered.length) {
+      const edge = this.buffer.buffered.end(this.buffer.buffered.length - 1);
+      if (edge - this.video.currentTime > 1.5) this.video.currentTime = edge - 0.3;
+    }
+  }
+
+  end() {
+    this.ended = true;
+    window.hotplateStream.ended = true;
+    this.pump();
+  }
+}
+
+function concat(parts) {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) { out.set(p, at); at += p.length; }
+  return out;
+}
+
+async function streamRender(form) {
+  const player = new MsePlayer($("player"), "render");
+  const started = performance.now();
+  const response = await api("/v1/lip-sync/stream", { method: "POST", body: form });
+  if (!response.ok) return showError(await problemText(response));
+  const id = response.headers.get("X-Hotplate-Job");
+  // JIT progress on a miss (and render progress) comes on the job's SSE channel
+  follow({ id, state: "queued", step: "" }, (job) => showTimings(job));
+  const reader = response.body.getReader();
+  let first = null;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      player.push(value);
+      if (first === null && window.hotplateStream.fragments > 0) {
+        first = (performance.now() - started) / 1000;
+        $("stream-state").textContent = `streaming · first fragment after ${first.toFixed(2)} s`;
+      }
+    }
+    player.end();
+    $("stream-state").textContent = `streamed ${window.hotplateStream.fragments} fragments · first after ${(first || 0).toFixed(2)} s`;
+  } catch (err) {
+    showError(`the stream broke off: ${err.message}; the render's record says why`);
+  }
+}
+
+function showTimings(job) {
+  const t = (x) => (x == null ? "–" : `${Number(x).toFixed(2)} s`);
+  $("timings").textContent = `${job.jit ? `cold → precompiled just in time in ${t(job.jit_seconds)}` : "cache hit"} · first frame ${t(job.first_frame_seconds)} · total ${t(job.total_seconds)}`;
+}
+
+// -- live: the microphone over /v1/live ---------------------------------------------------
+
+const live = { ws: null, ctx: null, mic: null, node: null };
+
+async function startLive() {
+  showError("");
+  let mic;
+  try {
+    mic = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation: true } });
+  } catch (err) {
+    return showError(`no microphone: ${err.message}`);
+  }
+  const ctx = new AudioContext();
+  await ctx.audioWorklet.addModule("/static/pcm-worklet.js");
+  const node = new AudioWorkletNode(ctx, "pcm-tap");
+  ctx.createMediaStreamSource(mic).connect(node);
+  const path = await signed("/v1/live"); // a WebSocket cannot send a header either
+  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${path}`);
+  ws.binaryType = "arraybuffer";
+  const player = new MsePlayer($("player"), "live");
+  Object.assign(live, { ws, ctx, mic, node, player });
+  ws.onopen = () => {
+    ws.send(JSON.stringify({
+      persona: state.persona, attire: $("attire").value, motion: $("motion").value || null,
+      backend: $("backend").value || null, sample_rate: ctx.sampleRate, channels: 1, format: "s16le",
+    }));
+    node.port.onmessage = (e) => {
+      if (ws.readyState !== WebSocket.OPEN) return;
+      const f = e.data;
+      const pcm = new Int16Array(f.length);
+      for (let i = 0; i < f.length; i++) pcm[i] = Math.max(-1, Math.min(1, f[i])) * 32767;
+      ws.send(pcm.buffer);
+    };
+    $("live").textContent = "■ Stop";
+    $("live").classList.add("live-on");
+    $("stream-state").textContent = "live: speak…";
+  };
+  ws.onmessage = (e) => {
+    if (typeof e.data !== "string") {
+      player.push(new Uint8Array(e.data));
+      $("stream-state").textContent = `live: ${window.hotplateStream.fragments} fragments`;
+      return;
+    }
+    const msg = JSON.parse(e.data);
+    window.hotplateStream.final = msg;
+    if (msg.type === "error") showError(`live: ${msg.detail}`);
+    else $("stream-state").textContent = `live done: ${msg.frames} frames · first fragment ${Number(msg.first_fragment_seconds || 0).toFixed(2)} s after the first audio · end lag ${Number(msg.end_lag_seconds || 0).toFixed(2)} s`;
+  };
+  ws.onclose = () => { player.end(); stopMic(); loadRenders(); };
+}
+
+function stopMic() {
+  if (live.node) live.node.port.onmessage = null;
+  if (live.mic) for (const track of live.mic.getTracks()) track.stop();
+  if (live.ctx) live.ctx.close();
+  Object.assign(live, { ctx: null, mic: null, node: null });
+  $("live").textContent = "● Live";
+  $("live").classList.remove("live-on");
+}
+
+function toggleLive() {
+  if (live.ws && live.ws.readyState === WebSocket.OPEN && live.mic) {
+    live.ws.send(JSON.stringify({ type: "end" }));
+    stopMic();
+  } else {
+    startLive();
+  }
+}
+
 // -- past renders -------------------------------------------------------------------------
 
 async function loadRenders() {
@@ -252,6 +458,8 @@ async function loadRenders() {
   for (const job of (await response.json()).renders) {
     const when = new Date(job.created * 1000);
     const actions = el("td");
+    const streamed = (job.kind === "stream" || job.kind === "live") && job.state === "done" && !job.error;
+    if (streamed) job.video_url = `/v1/renders/${job.id}/video`;
     if (job.video_url) {
       const open = el("a", { href: "#" }, "Play");
       open.addEventListener("click", (e) => { e.preventDefault(); play(job); });
@@ -270,7 +478,7 @@ async function loadRenders() {
     body.append(el("tr", {},
       el("td", {}, when.toLocaleTimeString()),
       el("td", {}, job.persona),
-      el("td", {}, `${job.attire}${job.motion ? ` / ${job.motion}` : ""}${job.kind === "precompile" ? " (precompile)" : ""}`),
+      el("td", {}, `${job.attire}${job.motion ? ` / ${job.motion}` : ""}${job.kind === "render" ? "" : ` (${job.kind})`}`),
       el("td", {}, el("span", { class: `pill ${job.state}` }, job.state)),
       el("td", {}, job.jit == null ? "–" : job.kind === "precompile" ? (job.jit ? "made hot" : "was hot") : job.jit ? "JIT" : "hit"),
       el("td", {}, job.audio_seconds ? `${job.audio_seconds.toFixed(1)} s` : "–"),
@@ -300,6 +508,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("compose").addEventListener("submit", submitRender);
   $("precompile").addEventListener("click", precompile);
   $("cancel").addEventListener("click", cancel);
+  $("live").addEventListener("click", toggleLive);
   $("refresh").addEventListener("click", () => { loadCatalog(); loadRenders(); loadServer(); });
   loadServer().then(() => { loadCatalog(); loadRenders(); });
   setInterval(loadServer, 10000);

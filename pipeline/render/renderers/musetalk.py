@@ -18,6 +18,10 @@ Per output frame t (at 25 fps, MuseTalk's rate):
    with the audio tokens as cross-attention context -> 4-channel latent;
 3. VAE decode to 256x256, resize into the crop box, blend through the stored mask.
 
+During silence longer than `silence.min_silence` the mask's weight fades to 0 (the
+stored frame, untouched: no mumbling on silence) and back before speech resumes
+(`pipeline/render/silence.py`); frames at weight 0 skip the UNet.
+
 MuseTalk stacks *all* of whisper-tiny's hidden states: the embedding output and its 4
 layers make 5. An encoder with a different depth is mapped onto 5 slots: the last 5
 states when it has more, states repeated in order (evenly spread) when it has fewer.
@@ -41,6 +45,8 @@ from pipeline.nets.models import (
     whisper_dir,
 )
 from pipeline.render.renderers.base import blend
+from pipeline.render.silence import DEFAULT as DEFAULT_SILENCE
+from pipeline.render.silence import SilenceParams, speech_weight
 
 SAMPLE_RATE = 16000
 FEATURE_RATE = 50  # Whisper encoder frames per second
@@ -210,8 +216,9 @@ class MuseTalkRenderer:
         device: str | None = None,
         batch_size: int | None = None,
         vae: str | None = None,
+        silence: SilenceParams | None = DEFAULT_SILENCE,
     ) -> None:
-        """`vae`: the directory of the VAE that encoded the avatar's latents (the recipe's);
+        """`silence`: when the mouth rests (None: the UNet draws every frame). `vae`: the directory of the VAE that encoded the avatar's latents (the recipe's);
         None = MuseTalk's default (`sd-vae`, else `sd-vae-ft-mse`). `device`: "cpu",
         "cuda", "cuda:1"...; None = CUDA when there is one. `batch_size`: UNet frames per
         call (default 20, upstream's)."""
@@ -223,6 +230,8 @@ class MuseTalkRenderer:
         self.batch_size = batch_size or BATCH_SIZE
         self.version = unet_files(self.models_dir).version
         self._assets: AvatarAssets | None = None
+        self.silence = silence
+        self._speak = np.ones(0, np.float32)
 
     # 1. models and audio features
     def prepare(
@@ -261,6 +270,10 @@ class MuseTalkRenderer:
         self._pe = torch.from_numpy(positional_encoding(tokens)).to(self.device, self.dtype)
         self._fps = fps
         self._assets = assets
+        self._speak = np.ones(n_out, np.float32)
+        if self.silence is not None:
+            w = speech_weight(audio, sr, fps, self.silence)[:n_out]
+            self._speak[: w.size] = w
 
     def _load_models(self) -> None:
         import torch
@@ -318,11 +331,17 @@ class MuseTalkRenderer:
         self, ts: Sequence[int], idxs: Sequence[int], frames: Sequence[np.ndarray]
     ) -> list[np.ndarray]:
         a = self._assets
-        faces = self.faces(ts, idxs)
-        return [
-            paste_face(frame, face, a.crop_boxes[i], a.masks[i], a.mask_boxes[i])
-            for frame, face, i in zip(frames, faces, idxs, strict=True)
-        ]
+        w = [float(self._speak[t]) if t < self._speak.size else 1.0 for t in ts]
+        talk = [k for k, wk in enumerate(w) if wk > 0.0]
+        out = [frame.copy() for frame in frames]  # resting frames: the stored frame
+        if not talk:
+            return out
+        faces = self.faces([ts[k] for k in talk], [idxs[k] for k in talk])
+        for k, face in zip(talk, faces, strict=True):
+            i = idxs[k]
+            mask = a.masks[i] if w[k] >= 1.0 else (a.masks[i] * w[k] + 0.5).astype(np.uint8)
+            out[k] = paste_face(frames[k], face, a.crop_boxes[i], mask, a.mask_boxes[i])
+        return out
 
 
 def paste_face(
