@@ -1,7 +1,8 @@
 """One lip-sync request, start to finish: the entry point the CLI, the watcher and the
 HTTP service share.
 
-Steps: 1. resolve the names and check everything that costs no work (audio, output
+`live_lip_sync` is the same request with its audio arriving as it is spoken: both take
+steps 1-2 through `hot_avatar`. Steps: 1. resolve the names and check everything that costs no work (audio, output
 path, weights); 2. lease the avatar, then hot, or precompile just in time (one process
 at a time per avatar; the lease grows to the avatar precompile builds, when the file
 changed since it was planned); 3. render from the store alone, under the lease, so a
@@ -12,14 +13,16 @@ concurrent gc cannot take the avatar away mid-render. Front ends only turn their
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cachestore.flight import DEFAULT_WAIT
 from cachestore.store import Store
 from pipeline.precompile.recipe import Recipe
-from pipeline.render.video import RenderReport
+from pipeline.render.live import LiveReport
+from pipeline.render.video import FragmentSink, RenderReport
 
 # progress(step, done, total): step is "jit <stage>" during a JIT precompile, else "render"
 Progress = Callable[[str, int, int], None]
@@ -73,47 +76,49 @@ def check_audio(audio: Path) -> None:
         )
 
 
-def lip_sync(
+@dataclass
+class HotAvatar:
+    """What steps 1-2 hand to the render: the leased, hot avatar and how it was made."""
+
+    avatar: str
+    source: Path
+    recipe: Recipe  # the effective recipe (its models_dir and vae drive the renderer)
+    options: dict  # persona.toml's (loop, fps)
+    jit: bool
+    jit_seconds: float
+
+
+@contextmanager
+def hot_avatar(
     store: Store,
     personas: Path,
     recipe: Recipe,
     request: LipSyncRequest,
-    default_loop: str = "pingpong",
-    progress: Progress | None = None,
+    progress: Progress,
     flight_wait: float = DEFAULT_WAIT,
     on_wait: Callable[[str], None] | None = None,
     on_jit: Callable[[], None] | None = None,
-) -> LipSyncOutcome:
-    """Render `request` from hot assets, precompiling its avatar first when it is cold.
-
-    `recipe` is the settings' recipe (it carries models_dir); the request's backend,
-    flags and the persona's persona.toml are applied by `effective_recipe`, as every
-    front end applies them. Raises PersonaError (unknown names, listing what exists),
-    ValueError (bad audio, output path or flag), ModelMissingError (weights), NotHotError
-    (cold with no_jit, or cold in a read-only store) and whatever precompile and render
-    raise.
-    """
+    check: Callable[[], None] = lambda: None,
+) -> Iterator[HotAvatar]:
+    """Steps 1-2 of every lip-sync, whole file or live: resolve the names, `check` what
+    else costs no work, apply the recipe rule and check weights; then lease the avatar
+    and make it hot (just in time on a miss). The `with` body renders under the lease."""
     from pipeline.catalog import plan_for
-    from pipeline.hot import lease_avatar, load_assets, why_not_hot
+    from pipeline.hot import lease_avatar, why_not_hot
     from pipeline.personas import resolve as resolve_source
     from pipeline.precompile.recipe import effective_recipe
     from pipeline.precompile.run import precompile
-    from pipeline.render.video import check_output, render_video
 
-    started = time.perf_counter()
-    progress = progress or (lambda step, done, total: None)
-    # 1. check everything that needs no work: names, audio, output path, weights
+    # 1. check everything that needs no work: names, the caller's checks, weights
     found = resolve_source(personas, request.persona, request.attire, request.motion, request.video)
-    check_audio(request.audio)
-    check_output(request.output)
+    check()
     options = found.options
     source = f"{found.persona}/persona.toml"
     recipe = effective_recipe(recipe, options, request.backend, request.flags, source)
-    models_dir = recipe.models_dir
     if request.backend == "musetalk":
         from pipeline.render.renderers.musetalk import check_weights
 
-        check_weights(models_dir, recipe.vae or None)
+        check_weights(recipe.models_dir, recipe.vae or None)
 
     # 2. lease the avatar (gc keeps it from here on), then hot or just in time
     planned = plan_for(store, found.path, recipe)
@@ -144,28 +149,103 @@ def lip_sync(
             avatar, jit, jit_seconds = report.avatar, True, time.perf_counter() - jit_start
         elif not store.readonly:
             store.count("hits")
+        yield HotAvatar(avatar, found.path, recipe, options, jit, jit_seconds)
 
+
+def lip_sync(
+    store: Store,
+    personas: Path,
+    recipe: Recipe,
+    request: LipSyncRequest,
+    default_loop: str = "pingpong",
+    progress: Progress | None = None,
+    flight_wait: float = DEFAULT_WAIT,
+    on_wait: Callable[[str], None] | None = None,
+    on_jit: Callable[[], None] | None = None,
+) -> LipSyncOutcome:
+    """Render `request` from hot assets, precompiling its avatar first when it is cold.
+
+    `recipe` is the settings' recipe (it carries models_dir); the request's backend,
+    flags and the persona's persona.toml are applied by `effective_recipe`, as every
+    front end applies them. Raises PersonaError (unknown names, listing what exists),
+    ValueError (bad audio, output path or flag), ModelMissingError (weights), NotHotError
+    (cold with no_jit, or cold in a read-only store) and whatever precompile and render
+    raise.
+    """
+    from pipeline.hot import load_assets
+    from pipeline.render.video import check_output, render_video
+
+    started = time.perf_counter()
+    progress = progress or (lambda step, done, total: None)
+
+    def check() -> None:
+        check_audio(request.audio)
+        check_output(request.output)
+
+    steps = hot_avatar(
+        store, personas, recipe, request, progress, flight_wait, on_wait, on_jit, check
+    )
+    with steps as hot:
         # 3. render from the store alone
-        assets = load_assets(store, avatar)
+        assets = load_assets(store, hot.avatar)
         render_called = time.perf_counter()
         result = render_video(
             assets,
             request.audio,
             request.output,
             backend=request.backend,
-            loop=request.loop or options.get("loop") or default_loop,
-            fps=request.fps or options.get("fps"),
-            models_dir=models_dir,
+            loop=request.loop or hot.options.get("loop") or default_loop,
+            fps=request.fps or hot.options.get("fps"),
+            models_dir=hot.recipe.models_dir,
             progress=lambda done, total: progress("render", done, total),
             device=request.device,
-            vae=recipe.vae or None,
+            vae=hot.recipe.vae or None,
             batch_size=request.batch_size,
         )
     return LipSyncOutcome(
-        avatar=avatar,
-        source=found.path,
-        jit=jit,
-        jit_seconds=jit_seconds,
+        avatar=hot.avatar,
+        source=hot.source,
+        jit=hot.jit,
+        jit_seconds=hot.jit_seconds,
         render=result,
         first_frame_seconds=render_called - started + result.first_frame_seconds,
     )
+
+
+def live_lip_sync(
+    store: Store,
+    personas: Path,
+    recipe: Recipe,
+    request: LipSyncRequest,
+    chunks: Iterable[bytes],
+    rate: int,
+    channels: int,
+    sink: FragmentSink,
+    default_loop: str = "pingpong",
+    progress: Progress | None = None,
+) -> LiveReport:
+    """Steps 1-2 as `lip_sync` takes them, then `live_render`: audio that arrives as it
+    is spoken (`chunks` of s16le PCM) in, fragmented MP4 segments to `sink` out.
+    `request.audio` and `request.output` are not read (the sink is the output)."""
+    from pipeline.hot import load_assets
+    from pipeline.render.live import live_render
+
+    progress = progress or (lambda step, done, total: None)
+    with hot_avatar(store, personas, recipe, request, progress) as hot:
+        # 3. render the input as it comes, from the store alone
+        out = live_render(
+            load_assets(store, hot.avatar),
+            chunks,
+            rate,
+            channels,
+            sink,
+            backend=request.backend,
+            loop=request.loop or hot.options.get("loop") or default_loop,
+            fps=request.fps or hot.options.get("fps"),
+            models_dir=hot.recipe.models_dir,
+            device=request.device,
+            vae=hot.recipe.vae or None,
+            progress=progress,
+        )
+    out.avatar, out.jit, out.jit_seconds = hot.avatar, hot.jit, hot.jit_seconds
+    return out

@@ -145,7 +145,7 @@ def run_stream_job(
     store: Any, settings: dict[str, Any], kind: str, fields: dict, recipe: Any, progress
 ) -> dict:
     """One "stream" (a whole audio file, streamed) or "live" job; returns its result."""
-    personas, models = Path(settings["personas"]), settings["models"]
+    personas = Path(settings["personas"])
     if kind == "stream":
         from pipeline.lip_sync import LipSyncRequest, lip_sync
         from pipeline.render.video import streaming_to
@@ -165,9 +165,17 @@ def run_stream_job(
             "audio_seconds": outcome.render.audio_seconds,
         }
 
-    from pipeline.render.live import live_lip_sync
+    from pipeline.lip_sync import LipSyncRequest, live_lip_sync
 
     out_path = Path(fields["output"])
+    request = LipSyncRequest(
+        fields["persona"],
+        fields["attire"],
+        Path(fields["pcm"]),
+        out_path,
+        motion=fields.get("motion"),
+        backend=fields["backend"],
+    )
     with open(out_path, "wb") as out:
 
         def sink(kind: str, data: bytes) -> None:
@@ -179,15 +187,11 @@ def run_stream_job(
                 store,
                 personas,
                 recipe,
-                fields["persona"],
-                fields["attire"],
+                request,
                 pcm_chunks(Path(fields["pcm"])),
                 int(fields["sample_rate"]),
                 int(fields["channels"]),
                 sink,
-                motion=fields.get("motion"),
-                backend=fields["backend"],
-                models_dir=models,
                 default_loop=settings["loop"],
                 progress=progress,
             )

@@ -1,8 +1,8 @@
 """Live lip-sync: audio that arrives as it is spoken in, fragmented MP4 out.
 
-`live_lip_sync` takes the same steps as `pipeline.render.job.lip_sync` (resolve the
-names, lease the avatar, precompile just in time on a miss) by calling the same
-functions, then `live_render` turns a stream of PCM chunks into fragments:
+`pipeline.lip_sync.live_lip_sync` takes lip_sync's steps (resolve the names, lease the
+avatar, precompile just in time on a miss), then `live_render` here turns a stream of
+PCM chunks into fragments:
 
 1. each chunk (s16le, any size, any channel count) becomes float32 mono at the
    renderer's rate (one streaming resampler, so chunk edges leave no clicks);
@@ -29,8 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-from cachestore.store import Store
-from pipeline.precompile.recipe import Recipe
 from pipeline.render.audio import n_video_frames
 from pipeline.render.video import _DONE, FragmentSink, _get, _put, _Stop
 
@@ -295,81 +293,3 @@ class _Pipeline:
         self.encode(_DONE)
         self.threads[1].join()
         self._check()
-
-
-def live_lip_sync(
-    store: Store,
-    personas: Path,
-    recipe: Recipe,
-    persona: str,
-    attire: str,
-    chunks: Iterable[bytes],
-    rate: int,
-    channels: int,
-    sink: FragmentSink,
-    motion: str | None = None,
-    backend: str = "warp",
-    models_dir: Path | None = None,
-    default_loop: str = "pingpong",
-    device: str | None = None,
-    progress: Progress | None = None,
-) -> LiveReport:
-    """lip_sync's steps 1-2 (resolve, lease, hot or JIT), then `live_render`."""
-    from pipeline.catalog import plan_for
-    from pipeline.hot import lease_avatar, load_assets, why_not_hot
-    from pipeline.personas import resolve
-    from pipeline.precompile.recipe import for_backend
-    from pipeline.precompile.run import precompile
-
-    progress = progress or (lambda step, done, total: None)
-    # 1. names, weights
-    found = resolve(personas, persona, attire, motion)
-    if recipe.models_dir is None and models_dir is not None:
-        recipe = recipe.replace(models_dir=Path(models_dir))
-    recipe = for_backend(recipe, backend)
-    if backend == "musetalk":
-        from pipeline.render.renderers.musetalk import check_weights
-
-        check_weights(models_dir, recipe.vae or None)
-    options = found.options
-    recipe = recipe.for_persona(options, f"{found.persona}/persona.toml")
-
-    # 2. lease, then hot or just in time
-    planned = plan_for(store, found.path, recipe)
-    with lease_avatar(store, planned.avatar):
-        avatar, jit, jit_seconds = planned.avatar, False, 0.0
-        if (why := why_not_hot(store, planned.avatar)) is not None:
-            if store.readonly:
-                raise LookupError(
-                    f"avatar {planned.avatar[:12]} of {found.path.name} {why} and the store is "
-                    f"read-only here; make it hot with `hotplate precompile {found.path}`"
-                )
-            start = time.perf_counter()
-            report = precompile(
-                found.path,
-                recipe,
-                store,
-                progress=lambda stage, done, total: progress(f"jit {stage}", done, total),
-            )
-            avatar, jit, jit_seconds = report.avatar, True, time.perf_counter() - start
-        elif not store.readonly:
-            store.count("hits")
-
-        # 3. render the input as it comes, from the store alone
-        assets = load_assets(store, avatar)
-        out = live_render(
-            assets,
-            chunks,
-            rate,
-            channels,
-            sink,
-            backend=backend,
-            loop=options.get("loop") or default_loop,
-            fps=options.get("fps"),
-            models_dir=models_dir,
-            device=device,
-            vae=recipe.vae or None,
-            progress=progress,
-        )
-    out.avatar, out.jit, out.jit_seconds = avatar, jit, jit_seconds
-    return out

@@ -52,6 +52,7 @@ def test_pick_a_persona_upload_a_wav_and_the_video_plays(server, tmp_path):
 
         page.get_by_test_id("card-astro-studio").click()  # cold: the render precompiles first
         page.set_input_files("#audio", str(wav))
+        page.uncheck("#stream")  # the whole file (streaming: test_serve_stream_browser.py)
         page.click("#render")
         page.wait_for_function(
             "() => document.getElementById('player').readyState >= 2", timeout=240_000
