@@ -17,8 +17,9 @@ from fastapi.staticfiles import StaticFiles
 from hotplate.serve import problems
 from hotplate.serve.config import ServeConfig
 from hotplate.serve.guard import Guard, Policy
-from hotplate.serve.jobs import Job, JobQueue, JobRecords, claim_data_dir, new_id
 from hotplate.serve.problems import Problem
+from hotplate.serve.queue import JobQueue
+from hotplate.serve.records import Job, JobRecords, claim_data_dir, new_id
 from hotplate.serve.routes import access, catalog, docs, health, page, renders, stream
 
 __all__ = ["ServeConfig", "Service", "create_app"]
@@ -60,7 +61,7 @@ class Service:
     ) -> Job:
         """Check the names (404 listing the known ones, no path escape) and the backend."""
         from pipeline.personas import PersonaError, resolve
-        from pipeline.precompile.recipe import RENDERERS
+        from pipeline.render.renderers import RENDERERS
 
         if backend not in RENDERERS:
             raise Problem(422, f"backend {backend!r} is not one of {', '.join(RENDERERS)}")

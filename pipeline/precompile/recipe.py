@@ -16,9 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# re-exported for hotplate/serve/app.py's new_job until it imports it from the renderers
-from pipeline.render.renderers import RENDERERS  # noqa: F401
-
 DETECTORS = ("retinaface", "dlib", "s3fd")
 LANDMARKERS = ("retinaface", "dlib", "fan", "dwpose")
 MASKERS = ("landmarks", "bisenet")

@@ -3,7 +3,7 @@ on open and its rows read back with no owner (only the admin token may delete th
 
 import sqlite3
 
-from hotplate.serve.jobs import COLUMNS, Job, JobRecords
+from hotplate.serve.records import COLUMNS, Job, JobRecords
 
 
 def test_an_old_jobs_table_gets_the_owner_column(tmp_path):

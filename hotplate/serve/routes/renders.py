@@ -12,8 +12,8 @@ from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
 from hotplate.serve.deps import Caller, RenderForm, Svc, render_form
 from hotplate.serve.guard import Client
-from hotplate.serve.jobs import FINISHED, Job, remove, snapshot
 from hotplate.serve.problems import Problem, public_text
+from hotplate.serve.records import FINISHED, Job, remove, snapshot
 from hotplate.serve.uploads import check_audio, save_upload
 
 router = APIRouter(tags=["renders"])
