@@ -141,30 +141,10 @@ def fragment_samples(fragment: bytes, track: int = 1) -> int:
     return total
 
 
-def run_stream_job(
-    store: Any, settings: dict[str, Any], kind: str, fields: dict, recipe: Any, progress
-) -> dict:
-    """One "stream" (a whole audio file, streamed) or "live" job; returns its result."""
+def run_live_job(store: Any, settings: dict[str, Any], fields: dict, recipe: Any, progress) -> dict:
+    """One "live" job (PCM read from the growing upload); returns its result. A "stream"
+    job is a render job inside `streaming_to` (workers.run_job)."""
     personas = Path(settings["personas"])
-    if kind == "stream":
-        from pipeline.lip_sync import LipSyncRequest, lip_sync
-        from pipeline.render.video import streaming_to
-
-        request = LipSyncRequest(**fields)
-        # render_video writes the fragmented file as it grows; the server reads it
-        with streaming_to(lambda kind, data: None):
-            outcome = lip_sync(
-                store, personas, recipe, request, settings["loop"], progress=progress
-            )
-        return {
-            "avatar": outcome.avatar,
-            "jit": outcome.jit,
-            "jit_seconds": outcome.jit_seconds,
-            "first_frame_seconds": outcome.first_frame_seconds,
-            "frames": outcome.render.frames,
-            "audio_seconds": outcome.render.audio_seconds,
-        }
-
     from pipeline.lip_sync import LipSyncRequest, live_lip_sync
 
     out_path = Path(fields["output"])

@@ -66,23 +66,29 @@ def run_job(
 ):
     """One job's result dict; raises what lip_sync or precompile raise."""
     personas = Path(settings["personas"])
-    if kind in ("stream", "live"):  # fragmented MP4 as it is made: stream_jobs.py
-        from hotplate.serve.stream_jobs import run_stream_job
+    if kind == "live":  # audio arriving as it is spoken: stream_jobs.py
+        from hotplate.serve.stream_jobs import run_live_job
 
-        return run_stream_job(store, settings, kind, fields, recipe, progress)
-    if kind == "render":
+        return run_live_job(store, settings, fields, recipe, progress)
+    if kind in ("render", "stream"):
+        from contextlib import nullcontext
+
         from pipeline.lip_sync import LipSyncRequest, lip_sync
+        from pipeline.render.video import streaming_to
 
         request = LipSyncRequest(**fields)
-        outcome = lip_sync(
-            store,
-            personas,
-            recipe,
-            request,
-            settings["loop"],
-            progress=progress,
-            on_jit=progress.jit,
-        )
+        # a stream's render_video writes the fragmented file as it grows; the server reads it
+        fragmented = streaming_to(lambda kind, data: None) if kind == "stream" else nullcontext()
+        with fragmented:
+            outcome = lip_sync(
+                store,
+                personas,
+                recipe,
+                request,
+                settings["loop"],
+                progress=progress,
+                on_jit=progress.jit,
+            )
         return {
             "avatar": outcome.avatar,
             "jit": outcome.jit,
