@@ -69,6 +69,19 @@ def lock_path(cache: str | os.PathLike, key: str) -> Path:
     return Path(cache) / "locks" / f"{key}.lock"
 
 
+def building(cache: str | os.PathLike, key: str) -> bool:
+    """Whether some process holds avatar `key`'s build lock now (a probe: the lock is
+    taken and dropped at once when it is free)."""
+    try:
+        fd = os.open(lock_path(cache, key), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return not _try_lock(fd)
+    finally:
+        os.close(fd)  # also drops the lock this probe may have taken
+
+
 def _open_lock(path: Path) -> int:
     try:
         path.parent.mkdir(exist_ok=True)

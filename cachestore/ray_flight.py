@@ -19,7 +19,6 @@ replicas' render workers). Without it `lease()` is None and nothing here runs.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import socket
@@ -28,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cachestore.flight import DEFAULT_WAIT, lock_path
+from cachestore.flight import DEFAULT_WAIT, building
 
 logger = logging.getLogger(__name__)
 
@@ -116,17 +115,7 @@ class Lease:
 
     def _building(self) -> bool:
         """True while a process of this node holds the avatar's flock (its build runs)."""
-        try:
-            fd = os.open(lock_path(self.cache, self.key), os.O_RDWR)
-        except OSError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)  # also drops the lock this probe may have taken
+        return building(self.cache, self.key)
 
     def busy(self) -> bool:
         return self._building() or any(t.is_alive() for t in self.pushes)

@@ -4,7 +4,6 @@ the key that is built, gc roots for every installed renderer, listings while gc 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import subprocess
@@ -15,7 +14,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from cachestore.flight import lock_path
+from cachestore.flight import building
 from hotplate.demo_data import write_loop_video
 from tests.hotplate.many_processes import (
     SIZE,
@@ -114,7 +113,7 @@ def test_a_source_changed_between_planning_and_snapshot_is_leased_and_built_once
         )["avatar"]
         gc = GcLoop(world)
         r2 = spawn(world, *render_args(world, world / "r2.mp4"))
-        wait_for(lambda: _locked(world / "cache", new_key) or r2.poll() is not None, 300, "R2")
+        wait_for(lambda: building(world / "cache", new_key) or r2.poll() is not None, 300, "R2")
         holder.kill()  # R1 goes on: its snapshot shows the new content
         out1, err1 = r1.communicate(timeout=600)
         out2, err2 = r2.communicate(timeout=600)
@@ -128,21 +127,6 @@ def test_a_source_changed_between_planning_and_snapshot_is_leased_and_built_once
     assert frames_of(world / "r1.mp4") == frames_of(world / "r2.mp4") == 13
     counters = as_json(hotplate(world, "status", "--json"))["counters"]
     assert counters["misses"] == 2, counters  # the holder's old content, R2's new: not R1
-
-
-def _locked(cache: Path, key: str) -> bool:
-    """Whether another process holds the avatar's build lock now."""
-    path = lock_path(cache, key)
-    if not path.exists():
-        return False
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
 
 
 def test_gc_roots_avatars_of_every_renderer_whose_weights_are_present(tmp_path):
