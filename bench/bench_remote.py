@@ -32,9 +32,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cachestore.pull import pull_avatar  # noqa: E402
-from cachestore.push import push_avatar  # noqa: E402
-from cachestore.remote import _ATTACHED, ATTACHED_ENV, ENV, attach, open_remote  # noqa: E402
+from cachestore.remote.pull import pull_avatar  # noqa: E402
+from cachestore.remote.push import push_avatar  # noqa: E402
+from cachestore.remote.tier import _ATTACHED, ATTACHED_ENV, ENV, attach, open_remote  # noqa: E402
 from cachestore.store import forget_store, open_store  # noqa: E402
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav  # noqa: E402
 from pipeline.precompile.recipe import Recipe  # noqa: E402

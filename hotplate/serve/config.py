@@ -1,4 +1,4 @@
-"""The server's configuration: what `hotplate serve`'s flags set (cli_serve.py)."""
+"""The server's configuration: what `hotplate serve`'s flags set (hotplate/cli/serve.py)."""
 
 from __future__ import annotations
 

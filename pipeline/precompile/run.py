@@ -20,8 +20,8 @@ from cachestore.flight import DEFAULT_WAIT, Holder, single_flight
 from cachestore.gc import discard_failed
 from cachestore.hashcache import file_digest, snapshot
 from cachestore.leases import Lease
-from cachestore.pull import pull_on_miss
-from cachestore.push import push_after_build
+from cachestore.remote.pull import pull_on_miss
+from cachestore.remote.push import push_after_build
 from cachestore.store import Store
 from pipeline.frames import FrameSource
 from pipeline.hot import hot_check
@@ -46,7 +46,7 @@ class PrecompileReport:
         default_factory=dict
     )  # frames, keyframes, refined, healed, detections
     damaged: list[str] = field(default_factory=list)  # stages found damaged and rebuilt
-    pulled: float | None = None  # seconds, when it came from the blob tier (cachestore/pull.py)
+    pulled: float | None = None  # seconds, when it came from the blob tier (remote/pull.py)
 
     @property
     def hit(self) -> bool:

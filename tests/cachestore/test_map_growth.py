@@ -160,7 +160,7 @@ def test_threads_read_while_another_process_grows_the_map(tmp_path):
 def test_map_size_is_a_setting_and_status_shows_it(tmp_path, monkeypatch):
     from cachestore.stats import store_stats
     from cachestore.store import forget_store
-    from hotplate.cli_common import open_cache
+    from hotplate.cli.common import open_cache
     from hotplate.settings import SettingsError, load_settings
 
     monkeypatch.setenv("HOTPLATE_MAP_SIZE", "2M")

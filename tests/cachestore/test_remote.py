@@ -13,9 +13,9 @@ import av
 import numpy as np
 import pytest
 
-from cachestore.pull import pull_on_miss
-from cachestore.push import wait_for_pushes
-from cachestore.remote import _ATTACHED, _REMOTES, ATTACHED_ENV, ENV, attach, open_remote
+from cachestore.remote.pull import pull_on_miss
+from cachestore.remote.push import wait_for_pushes
+from cachestore.remote.tier import _ATTACHED, _REMOTES, ATTACHED_ENV, ENV, attach, open_remote
 from cachestore.store import forget_store, open_store
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from pipeline.catalog import plan_for
@@ -364,7 +364,7 @@ def test_push_and_pull_by_persona(world, tier):
 
 
 def test_bad_remote_url_is_one_line(world):
-    from cachestore.remote import RemoteError
+    from cachestore.remote.tier import RemoteError
 
     with pytest.raises(RemoteError, match="set remote"):
         open_remote("nosuch://x/y")

@@ -214,8 +214,8 @@ def test_four_concurrent_cold_renders_over_http_make_one_precompile(served):
 def test_four_concurrent_cold_precompiles_across_both_nodes_make_one(cluster):
     import ray
 
-    from hotplate.ray_serve import settings_env
-    from hotplate.ray_sync import build_one
+    from hotplate.cluster.serve import settings_env
+    from hotplate.cluster.sync import build_one
     from hotplate.settings import load_settings
 
     root, caches = cluster["root"], cluster["caches"]

@@ -241,7 +241,7 @@ def test_errors_name_no_server_path_and_carry_a_request_id(server, world):
 
 
 def test_the_audio_limit_defaults_to_ten_minutes():
-    from hotplate.cli_serve import serve
+    from hotplate.cli.serve import serve
 
     default = {p.name: p.default for p in serve.params}["max_audio_seconds"]
     assert default == 600.0

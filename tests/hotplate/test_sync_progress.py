@@ -6,7 +6,7 @@ import io
 
 from tqdm import tqdm
 
-from hotplate.cli_watch import SyncProgress
+from hotplate.cli.watch import SyncProgress
 
 
 def test_a_file_joining_a_job_does_not_count_as_another_job():

@@ -5,7 +5,7 @@ Layout under the remote URL (`http(s)://host/prefix`, `s3://bucket/prefix`, ...)
 - `cas/<sha256>`: one store blob (the codec bytes exactly as LMDB holds them), named by
   the SHA-256 of those bytes, which is what bazel-remote checks on a CAS PUT;
 - `ac/<sha256("hotplate:avatar:" + avatar key)>`: the avatar's manifest, JSON (see
-  cachestore/pull.py), which names every stage record and, per blob, its xxh3-128 (the
+  cachestore/remote/pull.py), which names every stage record and, per blob, its xxh3-128 (the
   store's name for it), its SHA-256 (the remote's) and its size. bazel-remote wants
   64 hex digits under ac/ too, hence the hash of the key rather than the key itself.
 

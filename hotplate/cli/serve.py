@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from hotplate.cli_common import FieldDefault, default_help
+from hotplate.cli.common import FieldDefault, default_help
 from hotplate.settings import Settings
 
 TOKEN_ENV = "HOTPLATE_TOKEN"
@@ -177,7 +177,7 @@ def serve(
     serve_log.addHandler(handler)
     serve_log.setLevel(logging.INFO)
 
-    from cachestore.remote import attach
+    from cachestore.remote.tier import attach
     from hotplate.serve.app import ServeConfig, create_app
 
     settings = ctx.find_object(Settings)
@@ -201,7 +201,7 @@ def serve(
     if ray_address is not None:  # the same app and config, as replicas on a Ray cluster
         from dataclasses import fields
 
-        from hotplate.ray_serve import deploy, run_forever
+        from hotplate.cluster.serve import deploy, run_forever
 
         options = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "settings"}
         url = deploy(settings, options, ray_address, replicas, host, port, max_replicas, per_node)

@@ -29,8 +29,8 @@ import xxhash
 from cachestore import codec
 from cachestore.errors import MissingStageError, StoreError
 from cachestore.keys import canonical
-from cachestore.push import MANIFEST_VERSION, PARALLEL
-from cachestore.remote import (
+from cachestore.remote.push import MANIFEST_VERSION, PARALLEL
+from cachestore.remote.tier import (
     Remote,
     RemoteDamagedError,
     RemoteError,
@@ -254,7 +254,7 @@ def pull_on_miss(
 
 
 def _cluster_pull(store: Store, avatar: str, pull: Callable[[], Any], say: Callable[[str], None]):
-    from cachestore import ray_flight
+    from cachestore.remote import ray_flight
 
     if not os.environ.get(ray_flight.ADDRESS_ENV):
         return pull()

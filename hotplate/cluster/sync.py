@@ -39,10 +39,10 @@ def build_one(persona: str, attire: str, motion: str, path: str) -> TaskResult:
     """One task: make `path` hot in this node's store and push it if it was built."""
     import ray
 
-    from cachestore.push import wait_for_pushes
-    from cachestore.ray_flight import release_done
+    from cachestore.remote.push import wait_for_pushes
+    from cachestore.remote.ray_flight import release_done
     from cachestore.store import open_store
-    from hotplate.ray_serve import node_settings
+    from hotplate.cluster.serve import node_settings
     from pipeline.catalog import recipe_for
     from pipeline.precompile.run import precompile
 
@@ -73,8 +73,8 @@ def sync_on_ray(
     they finished. echo gets one progress line per finished file."""
     import ray
 
-    from cachestore.ray_flight import flight_actor
-    from hotplate.ray_serve import connect, settings_env
+    from cachestore.remote.ray_flight import flight_actor
+    from hotplate.cluster.serve import connect, settings_env
     from pipeline.catalog import iter_sources
 
     if not ray.is_initialized():

@@ -1,6 +1,6 @@
 """Helpers every command module shares: the settings, the store, the source options.
 
-A leaf module: cli.py, cli_store.py and cli_watch.py import it, it imports none of them.
+A leaf module: the group (__init__.py), store.py and watch.py import it, it imports none of them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def open_cache(settings: Settings, readonly: bool = False, fallback_readonly: bo
     """The store; with fallback_readonly, a store this user cannot write opens read-only
     (a hot render, resolve and ls need no write access)."""
     from cachestore.errors import StoreNotWritableError
-    from cachestore.remote import attach
+    from cachestore.remote.tier import attach
     from cachestore.store import open_store
 
     attach(settings.cache, settings.remote)  # misses pull from it, builds push to it

@@ -11,7 +11,7 @@ ingress, one app per replica, each with its render workers and models kept loade
   A client that sends `serve_multiplexed_model_id: persona/attire[/motion]` gets a
   replica that has served that avatar (it is hot in that node's store and its frames in
   that node's page cache); without the header Serve spreads by queue length.
-- Single flight across the cluster: `cachestore/ray_flight.py` (a named actor), used by
+- Single flight across the cluster: `cachestore/remote/ray_flight.py` (a named actor), used by
   every replica's render workers through `HOTPLATE_RAY_ADDRESS`.
 - Each response names the Ray node that served it (`x-hotplate-node`), for tests and
   for an operator reading logs.
@@ -50,8 +50,8 @@ def node_settings() -> Settings:
     """The settings a replica or task runs with: runtime_env's, and this node's cache."""
     import ray
 
-    from cachestore.ray_flight import ADDRESS_ENV
-    from cachestore.remote import attach
+    from cachestore.remote.ray_flight import ADDRESS_ENV
+    from cachestore.remote.tier import attach
     from hotplate.settings import load_settings
 
     settings = load_settings()
@@ -183,7 +183,7 @@ def deploy(
     import ray
     from ray import serve
 
-    from cachestore.ray_flight import flight_actor
+    from cachestore.remote.ray_flight import flight_actor
 
     if not ray.is_initialized():
         connect(address)

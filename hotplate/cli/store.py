@@ -1,7 +1,7 @@
 """The store commands: resolve, ls, status, gc, verify and doctor.
 
 Only light modules are imported at the top, so these start fast; each command imports
-what it needs. Registered on the group by `hotplate/cli.py`, like `cli_watch.py`.
+what it needs. Registered on the group by `hotplate/cli/__init__.py`, like `watch.py`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from hotplate.cli_common import default_help, open_cache, settings_of, source_options
+from hotplate.cli.common import default_help, open_cache, settings_of, source_options
 from hotplate.output import human_bytes, table
 from hotplate.settings import SETTINGS, Settings
 from pipeline.render.renderers import RENDERERS
@@ -228,8 +228,8 @@ REMOTE_COUNTERS = (
 
 
 def remote_facts(settings: Settings, counters: dict) -> dict:
-    """The blob tier this store uses and its counters (0 until counted; cachestore/pull.py)."""
-    from cachestore.remote import remote_url
+    """The blob tier this store uses and its counters (0 until counted; cachestore/remote/pull.py)."""
+    from cachestore.remote.tier import remote_url
 
     url = settings.remote or remote_url(settings.cache)
     return {"url": url or None, **{k: counters.get(k, 0) for k in REMOTE_COUNTERS}}

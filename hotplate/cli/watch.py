@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from hotplate.cli_common import FieldDefault
+from hotplate.cli.common import FieldDefault
 from hotplate.output import table
 from hotplate.settings import Settings
 
@@ -28,7 +28,7 @@ def _settings(ctx: click.Context, personas: Path | None) -> Settings:
 
 
 def _config(settings: Settings, **options: object):
-    from cachestore.remote import attach
+    from cachestore.remote.tier import attach
     from watcher.daemon import Config
     from watcher.worker import DEFAULT_JOB
 
@@ -263,7 +263,7 @@ def sync(
 
 
 def _sync_on_ray(settings: Settings, address: str) -> None:
-    from hotplate.ray_sync import sync_on_ray
+    from hotplate.cluster.sync import sync_on_ray
 
     if not settings.remote:
         click.echo("warning: no remote set: each node keeps what it builds to itself", err=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from hotplate.cli_common import open_cache, settings_of
+from hotplate.cli.common import open_cache, settings_of
 from hotplate.output import human_bytes
 from hotplate.settings import Settings
 
@@ -48,7 +48,7 @@ class Bytes:
 
 
 def _remote(settings: Settings, url: str | None):
-    from cachestore.remote import open_remote
+    from cachestore.remote.tier import open_remote
 
     url = url or settings.remote
     if not url:
@@ -88,7 +88,7 @@ def push(
 
     With no PATHS and no --persona, every avatar in the store."""
     from cachestore.hashcache import file_digest
-    from cachestore.push import push_avatar
+    from cachestore.remote.push import push_avatar
 
     settings = settings_of(ctx)
     tier = _remote(settings, remote)
@@ -125,8 +125,8 @@ def pull(
     """Download the avatars the personas folder needs (or the named files' or personas')
     from the blob tier; what is hot here already is skipped. Exits 1 when some were not
     on the tier or were refused as damaged."""
-    from cachestore.pull import pull_avatar
-    from cachestore.remote import RemoteDamagedError
+    from cachestore.remote.pull import pull_avatar
+    from cachestore.remote.tier import RemoteDamagedError
     from pipeline.catalog import plan_for, recipe_for
     from pipeline.hot import why_not_hot
 

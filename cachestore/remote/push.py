@@ -29,7 +29,7 @@ import xxhash
 from cachestore import codec
 from cachestore.errors import StoreError
 from cachestore.keys import canonical
-from cachestore.remote import Remote, RemoteError, ac_path, cas_path, sha256
+from cachestore.remote.tier import Remote, RemoteError, ac_path, cas_path, sha256
 from cachestore.store import Store
 
 logger = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ def push_after_build(
     store: Store, avatar: str, say: Callable[[str], None] | None = None
 ) -> threading.Thread | None:
     """The precompile build hook: push `avatar` in the background when a remote is set."""
-    from cachestore.remote import remote_for
+    from cachestore.remote.tier import remote_for
 
     try:
         remote = remote_for(store)
@@ -203,7 +203,7 @@ def push_after_build(
     if remote is None:
         return None
     thread = push_in_background(store, remote, avatar, say)
-    from cachestore import ray_flight
+    from cachestore.remote import ray_flight
 
     ray_flight.held_push(store, avatar, thread)  # another node waits for this push, not less
     return thread

@@ -1,5 +1,5 @@
 """The `hotplate` command: the group, precompile and render. Only light modules are
-imported here so that resolve, status, ls and gc (in cli_store.py) start fast;
+imported here so that resolve, status, ls and gc (in cli/store.py) start fast;
 precompile and render import their stages lazily."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from hotplate.cli_common import (
+from hotplate.cli.common import (
     FieldDefault,
     default_help,
     open_cache,
@@ -120,10 +120,10 @@ def main() -> None:
 
 
 def _register_commands() -> None:
-    from hotplate.cli_remote import REMOTE_COMMANDS
-    from hotplate.cli_serve import serve  # light: FastAPI and uvicorn load when it runs
-    from hotplate.cli_store import STORE_COMMANDS
-    from hotplate.cli_watch import sync, watch  # light: heavy work happens in workers
+    from hotplate.cli.remote import REMOTE_COMMANDS
+    from hotplate.cli.serve import serve  # light: FastAPI and uvicorn load when it runs
+    from hotplate.cli.store import STORE_COMMANDS
+    from hotplate.cli.watch import sync, watch  # light: heavy work happens in workers
 
     for command in (*STORE_COMMANDS, *REMOTE_COMMANDS, watch, sync, serve):
         cli.add_command(command)
@@ -431,6 +431,3 @@ def render(
 
 
 _register_commands()
-
-if __name__ == "__main__":
-    main()

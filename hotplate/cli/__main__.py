@@ -1,0 +1,5 @@
+"""`python -m hotplate.cli`: the same entry point as the `hotplate` command."""
+
+from hotplate.cli import main
+
+main()
