@@ -92,7 +92,7 @@ class Figure:
         if self.baseline is not None:
             text += f"  vs {self.baseline}: {_number(self.baseline_value)} {self.unit}"
             if self.ratio is not None:
-                text += f" ({self.ratio:.2f}x)"
+                text += f" ({ratio_text(self.ratio)})"
         shown = ", ".join(f"{k}={v}" for k, v in self.inputs.items())
         if shown:
             text += f"  [{shown}]"
@@ -101,10 +101,15 @@ class Figure:
         return text
 
 
+def ratio_text(ratio: float) -> str:
+    """1.24x, 0.96x; three significant digits below 0.1 (0.00021x), so a small share shows."""
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
+
+
 def _number(value: float | None) -> str:
     if value is None:
         return "-"
-    if value == 0 or abs(value) >= 100:
+    if value == 0 or abs(value) >= 100 or value == int(value):
         return f"{value:.0f}"
     if abs(value) >= 1:
         return f"{value:.2f}"
