@@ -1,6 +1,6 @@
 """Warp render throughput at 1080x1920, as a multiple of real time.
 
-    .venv/bin/python bench/bench_render.py [--seconds 8] [--frames 24]
+    .venv/bin/python bench/bench_render.py [--seconds 8] [--frames 250]
         [--video PATH] [--audio PATH]
 
 The avatar is precompiled into a real store (LMDB) from `--video` (default: a generated
@@ -43,7 +43,9 @@ def per_second(n: int, fn) -> float:
 
 def add_arguments(ap) -> None:
     ap.add_argument("--seconds", type=float, default=8.0, help="audio length")
-    ap.add_argument("--frames", type=int, default=24, help="stored frames in the loop")
+    ap.add_argument(
+        "--frames", type=int, default=250, help="stored frames in the loop (a short one flatters)"
+    )
     ap.add_argument("--stage-frames", type=int, default=100, help="frames for each stage alone")
     ap.add_argument("--video", type=Path, help="video to precompile (default: a generated loop)")
     ap.add_argument("--audio", type=Path, help="speech to render (default: generated)")

@@ -1,7 +1,7 @@
 """Streaming: time to the first fragment, live latency, and a hot 1080x1920 warp render's
 speed streamed and whole-file, against today's renderer on the same avatar in the same run.
 
-    .venv/bin/python bench/bench_stream.py [--seconds 20] [--frames 24] [--live-seconds 10]
+    .venv/bin/python bench/bench_stream.py [--seconds 20] [--frames 250] [--live-seconds 10]
         [--baseline-ref 3d0c64b] [--skip-http]
 
 Setup: a generated 1080x1920 loop of `--frames` frames is precompiled into a real store.
@@ -173,7 +173,9 @@ def psnr_outside_mouth(a_path: Path, b_path: Path, assets, idxs) -> tuple[float,
 
 def add_arguments(ap) -> None:
     ap.add_argument("--seconds", type=float, default=20.0, help="speech to render")
-    ap.add_argument("--frames", type=int, default=24, help="stored frames in the loop")
+    ap.add_argument(
+        "--frames", type=int, default=250, help="stored frames in the loop (a short one flatters)"
+    )
     ap.add_argument("--size", default="1080x1920", help="WxH of the generated loop")
     ap.add_argument("--live-seconds", type=float, default=10.0)
     ap.add_argument("--stage-frames", type=int, default=50, help="frames for each stage alone")
