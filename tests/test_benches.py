@@ -1,0 +1,105 @@
+"""Every bench imports only public names that exist, so that a moved or renamed module
+fails the suite in the same change (as bench_remote's `pipeline.render.job` once did not).
+
+Read from the source, imports inside functions included: a name a bench imports must
+exist where it imports it from, must not be private (`_name`), and no bench reaches into
+a private attribute (`obj._name`) of anything but its own objects (`self._name`). The
+benches themselves run in CI with `just bench-quick`; this check takes seconds.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+PROJECT = {"cachestore", "pipeline", "watcher", "hotplate", "tests", "bench", "harness"}
+FILES = sorted(BENCH.glob("*.py"))
+
+
+def imported(tree: ast.AST) -> list[tuple[int, str, str | None]]:
+    """(line, module, name or None for `import module`) for the project's imports."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [(node.lineno, node.module, a.name) for a in node.names]
+    return [f for f in found if f[1].split(".")[0] in PROJECT]
+
+
+def private_attributes(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, `x._name`) for private attributes read off anything but self or cls."""
+    return [
+        (node.lineno, f"{ast.unparse(node.value)}.{node.attr}")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not (node.attr.startswith("__") and node.attr.endswith("__"))
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    ]
+
+
+@pytest.fixture(autouse=True)
+def bench_on_path(monkeypatch):
+    """As a bench run as a script sees it: bench/ (for `harness`) and the checkout."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    monkeypatch.syspath_prepend(str(BENCH))
+
+
+def test_every_bench_is_checked():
+    names = {p.stem for p in FILES}
+    assert "harness" in names and len([n for n in names if n.startswith("bench_")]) >= 16
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_a_bench_imports_only_public_names_that_exist(path):
+    tree = ast.parse(path.read_text(), str(path))
+    problems = []
+    for line, module, name in imported(tree):
+        where = f"{path.name}:{line}"
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as e:
+            problems.append(f"{where}: import {module}: {e}")
+            continue
+        if name is None:
+            continue
+        if name.startswith("_"):
+            problems.append(f"{where}: from {module} import {name}: a private name")
+        elif not hasattr(mod, name):
+            try:
+                importlib.import_module(f"{module}.{name}")
+            except ImportError:
+                problems.append(f"{where}: from {module} import {name}: {module} has no {name}")
+    problems += [
+        f"{path.name}:{line}: {text}: a private attribute"
+        for line, text in private_attributes(tree)
+    ]
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in FILES if p.stem.startswith("bench_")], ids=lambda p: p.stem
+)
+def test_a_bench_module_imports_and_runs_on_the_harness(path):
+    module = importlib.import_module(f"bench.{path.stem}")
+    source = path.read_text()
+    assert "run_bench(" in source and callable(getattr(module, "main", None)), (
+        f"{path.name} is not a harness bench (main(bench) run by run_bench)"
+    )
+    assert module.__doc__, f"{path.name} has no docstring (it is the bench's --help)"
+
+
+def test_the_harness_is_one_module_under_both_names():
+    """A bench imports `harness`; one bench importing another may reach `bench.harness`:
+    MissingPrecondition must be the same class under both, or exit 2 becomes a traceback."""
+    import harness
+
+    assert importlib.import_module("bench.harness") is harness
+    assert sys.modules["harness"] is sys.modules["bench.harness"]
