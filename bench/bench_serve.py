@@ -278,17 +278,18 @@ def audio_check_cost(bench: Bench, root: Path, hours: float, limit_s: float) -> 
     bomb = write_flac(root / "bomb.flac", hours * 3600)
     hidden = hide_flac_length(write_flac(root / "hidden.flac", 2 * limit_s, noise=True))
 
-    def measure(fn) -> tuple[float, float]:
+    def measure(fn) -> tuple[float, float, bool]:
+        """(seconds, peak traced bytes, refused): refused when fn says so or raises 422."""
         tracemalloc.start()
         start = time.perf_counter()
         try:
-            fn()
-        except Problem:
-            pass
+            refused = fn() is True
+        except Problem as e:
+            refused = e.status == 422
         took = time.perf_counter() - start
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-        return took, peak
+        return took, peak, refused
 
     print("peak = traced Python and numpy allocations (PyAV's own frame buffers are not traced)")
     print(f"audio check on {hours:g} h of silence in a {bomb.stat().st_size / 1e3:.0f} kB FLAC:")
@@ -300,6 +301,10 @@ def audio_check_cost(bench: Bench, root: Path, hours: float, limit_s: float) -> 
     for what, path in cases:
         whole = measure(lambda p=path: load_audio(p, 16000).size / 16000 > limit_s)
         new = measure(lambda p=path: check_audio(p, p.name, limit_s))
+        if not (whole[2] and new[2]):  # both must refuse the clip, or this times something else
+            raise SystemExit(
+                f"{what}: over the {limit_s:g} s limit, yet not refused: {new}, {whole}"
+            )
         inputs = {"limit_seconds": limit_s}
         bench.figure(
             f"audio check (check_audio) on {what}: time",
