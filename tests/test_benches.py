@@ -103,3 +103,65 @@ def test_the_harness_is_one_module_under_both_names():
 
     assert importlib.import_module("bench.harness") is harness
     assert sys.modules["harness"] is sys.modules["bench.harness"]
+
+
+TINY = '''"""A bench of nothing: one figure from its options."""
+import sys
+sys.path.insert(0, {bench!r})
+from harness import run_bench
+
+
+def add_arguments(ap):
+    ap.add_argument("--frames", type=int, default=250)
+    ap.add_argument("--missing", action="store_true")
+    ap.add_argument("--nothing", action="store_true")
+
+
+def main(bench):
+    if bench.args.missing:
+        bench.missing("the thing it names is not here (install it)")
+    if not bench.args.nothing:
+        bench.figure("frames seen", bench.args.frames, "frames", baseline="none", baseline_value=2,
+                     inputs={{"loop_frames": bench.args.frames}})
+
+
+if __name__ == "__main__":
+    run_bench(main, __doc__, add_arguments, quick={{"frames": 4}})
+'''
+
+
+def run_tiny(tmp_path, *args):
+    import json
+    import subprocess
+
+    script = tmp_path / "bench_tiny.py"
+    script.write_text(TINY.format(bench=str(BENCH)))
+    out = tmp_path / "out.json"
+    done = subprocess.run(
+        [sys.executable, str(script), "--json", str(out), *args], capture_output=True, text=True
+    )
+    return done, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_quick_sets_the_small_inputs_and_a_flag_still_wins(tmp_path):
+    done, result = run_tiny(tmp_path, "--quick")
+    assert done.returncode == 0, done.stderr
+    assert result["quick"] is True and result["figures"][0]["value"] == 4
+    assert result["figures"][0]["ratio"] == 2 and result["bench"] == "tiny"
+    m = result["machine"]
+    assert m["cores"] and m["cpu"] and len(m["load_start"]) == 3 and len(m["load_end"]) == 3
+    assert m["load_max"] >= 0 and result["commit"]
+    done, result = run_tiny(tmp_path, "--quick", "--frames", "9")
+    assert result["figures"][0]["value"] == 9
+    done, result = run_tiny(tmp_path)
+    assert result["quick"] is False and result["figures"][0]["value"] == 250
+
+
+def test_a_missing_precondition_is_one_line_and_exit_2_and_no_result(tmp_path):
+    done, result = run_tiny(tmp_path, "--missing")
+    assert done.returncode == 2 and result is None
+    assert done.stderr.strip() == (
+        "bench tiny: cannot measure: the thing it names is not here (install it)"
+    )
+    done, result = run_tiny(tmp_path, "--nothing")
+    assert done.returncode == 3 and result is None and "measured nothing" in done.stderr
