@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -109,6 +110,8 @@ def ratio_text(ratio: float) -> str:
 def _number(value: float | None) -> str:
     if value is None:
         return "-"
+    if not math.isfinite(value):
+        return str(value)
     if value == 0 or abs(value) >= 100 or value == int(value):
         return f"{value:.0f}"
     if abs(value) >= 1:
