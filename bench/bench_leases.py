@@ -67,25 +67,19 @@ def main(bench: Bench) -> None:
 
         flight_ms = median_of(flight, runs) * 1e3
     hit = "the hit check a hot render makes anyway (Store.get_avatar)"
-    inputs = {"runs": runs}
-    bench.figure(
-        "render lease, take + release",
-        lease_ms,
-        "ms",
-        baseline=hit,
-        baseline_value=hit_ms,
-        better="lower",
-        inputs=inputs,
-    )
-    bench.figure(
-        "single-flight lock, uncontended (a hot render skips it)",
-        flight_ms,
-        "ms",
-        baseline=hit,
-        baseline_value=hit_ms,
-        better="lower",
-        inputs=inputs,
-    )
+    for name, ms in (
+        ("render lease, take + release", lease_ms),
+        ("single-flight lock, uncontended (a hot render skips it)", flight_ms),
+    ):
+        bench.figure(
+            name,
+            ms,
+            "ms",
+            baseline=hit,
+            baseline_value=hit_ms,
+            better="lower",
+            inputs={"runs": runs},
+        )
     bench.figure(
         "render lease + single-flight lock",
         lease_ms + flight_ms,
