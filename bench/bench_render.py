@@ -161,4 +161,4 @@ def main(bench: Bench) -> None:
 
 
 if __name__ == "__main__":
-    run_bench(main, __doc__, add_arguments, quick={"seconds": 1.0, "frames": 4, "stage_frames": 8})
+    run_bench(main, __doc__, add_arguments, quick={"seconds": 1.0, "frames": 6, "stage_frames": 4})
