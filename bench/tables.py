@@ -59,15 +59,16 @@ def number(value: Any) -> str:
 
 
 def ratio_cell(fig: dict[str, Any]) -> str:
-    """value / baseline, and for a lower-is-better figure below 1, how many times less."""
+    """value / baseline, and for a lower-is-better figure clearly off 1, how many times
+    less (or that it is worse)."""
     ratio = fig.get("ratio")
     if ratio is None:
         return "-"
     text = f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"
-    if fig.get("better") == "lower" and 0 < ratio < 1:
+    if fig.get("better") == "lower" and 0 < ratio < 0.9:  # near 1 it is noise: no words
         text += f" ({1 / ratio:.1f}x less)"
-    elif fig.get("better") == "lower" and ratio > 1:
-        text += " (more)"
+    elif fig.get("better") == "lower" and ratio > 1.1:
+        text += " (worse)"
     return text
 
 
