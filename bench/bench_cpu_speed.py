@@ -22,8 +22,9 @@ compilation; OpenVINO's conversions are read back from its disk cache after the 
 the errors, and which runtime wins. Asserts nothing about speed. A runtime that is not
 installed, or fails on a network, stops the bench in one line (`--skip` leaves it out).
 The machine may be shared: both sides of every ratio ran in this one process, one after
-the other. `--vae-width` and `--unet-width` narrow the VAE and the UNet (the same
-architectures; --quick does, so that every runtime converts them in seconds).
+the other. `--vae-width`, `--unet-width` and `--unet-layers` narrow the VAE and the UNet
+(the same architectures), `--proxy` and `--parse-size` shrink S3FD's and BiSeNet's inputs:
+--quick does, so that every runtime converts and runs them in seconds.
 """
 
 from __future__ import annotations
@@ -280,9 +281,8 @@ def bench_musetalk(bench: Bench, vae: Any, n_frames: int, skip: set[str]) -> Non
 
     torch.manual_seed(1)
     w = bench.args.unet_width
-    unet = UNet2DConditionModel(
-        **{**MUSETALK_UNET, "block_out_channels": (w, 2 * w, 4 * w, 4 * w)}
-    ).eval()
+    config = {**MUSETALK_UNET, "block_out_channels": (w, 2 * w, 4 * w, 4 * w)}
+    unet = UNet2DConditionModel(**{**config, "layers_per_block": bench.args.unet_layers}).eval()
 
     net, decoder = unet_module(unet), decoder_module(vae)
     scale = float(vae.config.scaling_factor)
@@ -309,6 +309,7 @@ def bench_musetalk(bench: Bench, vae: Any, n_frames: int, skip: set[str]) -> Non
             "frames": n_frames,
             "renderer": "musetalk",
             "unet_width": w,
+            "unet_layers": bench.args.unet_layers,
             "vae_width": bench.args.vae_width,
         },
     )
@@ -388,6 +389,9 @@ def add_arguments(ap) -> None:
     ap.add_argument("--only", default="", help="sections to run: latents,musetalk,s3fd,bisenet")
     ap.add_argument("--vae-width", type=int, default=128, help="SD-VAE first block (128: real)")
     ap.add_argument("--unet-width", type=int, default=320, help="UNet first block (320: real)")
+    ap.add_argument("--unet-layers", type=int, default=2, help="UNet layers per block (2: real)")
+    ap.add_argument("--proxy", type=int, default=480, help="S3FD's proxy width (480: real)")
+    ap.add_argument("--parse-size", type=int, default=512, help="BiSeNet's input (512: real)")
 
 
 def main(bench: Bench) -> None:
@@ -426,10 +430,11 @@ def main(bench: Bench) -> None:
         from face_alignment.detection.sfd.net_s3fd import s3fd
 
         torch.manual_seed(3)
-        x = torch.rand(args.images, 3, 270, 480) * 255 - 117
+        pw = args.proxy
+        x = torch.rand(args.images, 3, pw * 9 // 16, pw) * 255 - 117
         bench_plain(
             bench,
-            f"3. S3FD: {args.images} detection proxies of 480x270",
+            f"3. S3FD: {args.images} detection proxies of {pw}x{pw * 9 // 16}",
             "s3fd",
             s3fd().eval(),
             x,
@@ -442,10 +447,10 @@ def main(bench: Bench) -> None:
 
         torch.manual_seed(4)
         net = build_bisenet().eval()
-        x = torch.randn(args.images, 3, 512, 512)
+        x = torch.randn(args.images, 3, args.parse_size, args.parse_size)
         bench_plain(
             bench,
-            f"4. BiSeNet: {args.images} images of 512x512",
+            f"4. BiSeNet: {args.images} images of {args.parse_size}x{args.parse_size}",
             "bisenet",
             net,
             x,
@@ -458,5 +463,15 @@ def main(bench: Bench) -> None:
 if __name__ == "__main__":
     # --quick leaves torch.compile out: inductor takes minutes a network on 2 cores
     run_bench(
-        main, __doc__, add_arguments, quick={"vae_width": 16, "unet_width": 32, "skip": "compile"}
+        main,
+        __doc__,
+        add_arguments,
+        quick={
+            "vae_width": 16,
+            "unet_width": 32,
+            "unet_layers": 1,
+            "proxy": 256,
+            "parse_size": 256,
+            "skip": "compile",
+        },
     )
