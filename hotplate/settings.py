@@ -52,6 +52,13 @@ SETTINGS: dict[str, tuple[type, Any, str]] = {
         lambda: "",
         "blob tier shared by stores: http(s)://host/prefix or s3://bucket/prefix (empty: none)",
     ),
+    "signing_key_file": (
+        str,
+        lambda: "",
+        "file holding the secret that signs the server's URLs (GET /v1/sign); servers with "
+        "the same file accept each other's (empty: a random key per server, shared by the "
+        "replicas of one `serve --ray`)",
+    ),
 }
 RECIPE_FIELDS = {f.name for f in fields(Recipe)} - {"models_dir"}
 
@@ -67,6 +74,7 @@ class Settings:
     flight_wait: float
     map_size: int
     remote: str = ""
+    signing_key_file: str = ""
     recipe: Recipe = field(default_factory=Recipe)
     config_file: Path | None = None
 
