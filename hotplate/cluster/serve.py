@@ -35,13 +35,15 @@ MULTIPLEX_HEADER = "serve_multiplexed_model_id"
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """Every setting and recipe field as the HOTPLATE_* variables load_settings reads."""
+    """Every setting, and the recipe fields the settings set, as the HOTPLATE_* variables
+    load_settings reads: a field left to its default stays unset, so that a backend's
+    implied recipe still applies to it on the replica (`Recipe.explicit`)."""
     env = {}
     for name in SETTINGS:
         value = getattr(settings, name)
         # paths absolute: a replica's working directory is not the driver's
         env[f"HOTPLATE_{name.upper()}"] = str(value.resolve() if isinstance(value, Path) else value)
-    for name in RECIPE_FIELDS:
+    for name in sorted(settings.recipe.explicit & RECIPE_FIELDS):
         env[f"HOTPLATE_{name.upper()}"] = str(getattr(settings.recipe, name))
     return env
 
