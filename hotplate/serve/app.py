@@ -46,6 +46,7 @@ class Service:
             "map_size": s.map_size,
             "models": s.models,
             "loop": s.loop,
+            "flight_wait": s.flight_wait,  # for another process building the same avatar
         }
         self.queue = JobQueue(self.records, worker_settings, config.workers, config.queue_size)
 
