@@ -241,14 +241,11 @@ def serve(
         signing_key=signing_key,
     )
     if ray_address is not None:  # the same app and config, as replicas on a Ray cluster
-        import secrets
         from dataclasses import fields
 
         from hotplate.cluster.serve import deploy, run_forever
 
         options = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "settings"}
-        # one key for every replica: a URL one signs, the others accept
-        options["signing_key"] = signing_key or secrets.token_hex(32)
         url = deploy(settings, options, ray_address, replicas, host, port, max_replicas, per_node)
         return run_forever(url, click.echo)
     from hotplate.serve.records import claim_data_dir
