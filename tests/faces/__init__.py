@@ -204,3 +204,18 @@ def samples(names: tuple[str, ...] | None = None, variants: tuple[str, ...] | No
                 img, truth = make_variant(image, pts, roll, height, light, style)
                 out.append(Sample(f"{label}/{vname}", source(name), vname, img, truth, height))
     return out
+
+
+def face_box(sample: Sample, detector, proxy: int = 480) -> np.ndarray:
+    """The face box the pipeline's tracker would give this sample: `detector` on the
+    detection proxy (longer side `proxy` px), scaled back, the detection nearest the
+    referee's face chosen (which face is judged, not where its points are)."""
+    from pipeline.media import make_proxy
+
+    small, scale = make_proxy(sample.image, proxy)
+    dets = detector.detect([small])[0]
+    if len(dets) == 0:
+        raise ValueError(f"{detector.name} finds no face in {sample.name}")
+    boxes = dets[:, :4] / scale
+    centre = (sample.truth.min(0) + sample.truth.max(0)) / 2
+    return boxes[np.argmin(np.linalg.norm((boxes[:, :2] + boxes[:, 2:]) / 2 - centre, axis=1))]
