@@ -100,12 +100,12 @@ class Reader:
 
     def blob_ok(self, digest: str, checksums: bool = True) -> bool:
         """The blob is present and whole: its header parses, its payload has the size the
-        header gives and (with `checksums`) the xxh3-64 the header records."""
+        header gives and (with `checksums`) the whole value hashes to its digest."""
         value = self.txn.get(digest.encode(), db=self.store.dbs["blob"])
         if value is None:
             return False
         try:
-            codec.decode(value, verify=checksums)
+            codec.decode(value, verify=checksums, digest=digest)
         except codec.CodecError:
             return False
         return True
@@ -116,11 +116,12 @@ class Reader:
         return rec is not None and all(self.blob_ok(d, checksums) for d in rec["blobs"].values())
 
     def array(self, digest: str, verify: bool = True) -> np.ndarray:
-        """Zero-copy view of one blob; raises KeyError if absent, CodecError if damaged."""
+        """Zero-copy view of one blob; raises KeyError if absent, CodecError if damaged
+        (with `verify`, any byte of it: the value must hash to its digest)."""
         value = self.txn.get(digest.encode(), db=self.store.dbs["blob"])
         if value is None:
             raise KeyError(f"blob {digest} is not in the store")
-        return codec.decode(value, verify=verify)[1]
+        return codec.decode(value, verify=verify, digest=digest)[1]
 
 
 class TxnGate:
