@@ -6,9 +6,11 @@ msgpack records. A stage's blobs and its manifest are written in one write
 transaction, so a crash leaves all of it or none; a manifest whose blobs are missing
 or damaged reads as a miss.
 
-Guarantees: process-safe (LMDB's lock file), thread-safe for reads and writes, fork-
-and spawn-safe (`open_store` in a forked child closes the inherited handle and opens its
-own). Not for NFS.
+Guarantees: process-safe (LMDB's lock file), thread-safe for reads and writes, spawn-
+safe, and fork-safe: a forked child never touches the environment it inherited (using or
+closing it would end the parent's reads in the shared reader table), so asking for that
+store there is one clear error; stores the parent never opened are the child's own. Not
+for NFS.
 
 Map growth: LMDB allows `set_mapsize` only while no transaction of this process is open,
 and a resize unmaps every buffer handed out before it. So every transaction passes a
@@ -38,6 +40,7 @@ from cachestore import codec
 from cachestore.errors import (
     MissingStageError,
     StoreDamagedError,
+    StoreForkedError,
     StoreFullError,
     StoreNotWritableError,
 )
@@ -214,6 +217,7 @@ class Store:
     ) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self.pid = os.getpid()  # the one process that may use (or close) the environment
         self._write_lock = threading.Lock()
         self._gate = TxnGate()
         self._check_path()
@@ -307,7 +311,10 @@ class Store:
             )
 
     def close(self) -> None:
-        self.env.close()
+        """Close the environment; in a forked child only this copy of the hold is let go:
+        closing the environment there would abort the parent's transactions."""
+        if os.getpid() == self.pid:
+            self.env.close()
         if self._hold is not None:
             os.close(self._hold)
             self._hold = None
@@ -317,6 +324,8 @@ class Store:
     def _begin(self, write: bool) -> lmdb.Transaction:
         """Open a transaction with the gate held shared; adopts another process's map
         growth on the way (MapResizedError), with no transaction of ours open."""
+        if os.getpid() != self.pid:
+            raise forked_error(self.path, self.pid)
         while True:
             self._gate.enter()
             try:
@@ -526,6 +535,18 @@ class Store:
 
 _OPEN: dict[tuple[str, bool], tuple[int, Store]] = {}
 _OPEN_LOCK = threading.Lock()
+# Stores a forked child inherited, by path: never used nor closed there, only remembered,
+# so that asking for one is a clear error (py-lmdb refuses a second open in any case).
+_INHERITED: dict[str, Store] = {}
+
+
+def forked_error(path: str | os.PathLike, parent: int) -> StoreForkedError:
+    return StoreForkedError(
+        f"the store at {path} was opened by process {parent} before it forked this one "
+        f"(pid {os.getpid()}); LMDB forbids using or closing it after fork, which would end "
+        f"the parent's reads: open it in a process started with spawn "
+        f"(multiprocessing.get_context('spawn')) or a new program instead"
+    )
 
 
 def open_store(
@@ -537,17 +558,19 @@ def open_store(
     request closes a read-only Store this process opened before. map_size: the initial
     map (the `map_size` setting; default 8 GiB), used when this process first opens it.
 
-    A child created by fork must not use its parent's environment: the pid check makes
-    it close the inherited handles (its own copies; the parent's stay open) and open
-    its own.
+    A child created by fork must not use its parent's environment, nor close it: a store
+    the parent had open raises StoreForkedError there (one line naming the fix); any
+    other store opens as usual.
     """
     real = os.path.realpath(path)
     mine = os.getpid()
     with _OPEN_LOCK:
         for entry, (pid, inherited) in list(_OPEN.items()):
-            if pid != mine:  # opened before a fork: release this child's copy
+            if pid != mine:  # opened before a fork: the parent's, left alone
                 del _OPEN[entry]
-                inherited.close()
+                _INHERITED[entry[0]] = inherited
+        if real in _INHERITED:
+            raise forked_error(real, _INHERITED[real].pid)
         # A writable handle serves reads too; a read-only one is replaced by a writable one.
         for ro in (False, True) if readonly else (False,):
             if (real, ro) in _OPEN:
