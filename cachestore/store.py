@@ -415,6 +415,7 @@ class Store:
         record = {
             "name": name,
             "blobs": blobs,
+            "sizes": {n: len(v) for n, v in encoded.items()},  # gc measures by these
             "meta": dict(meta),
             "created": created,
             "nbytes": nbytes,
