@@ -115,8 +115,25 @@ class Reader:
 
     def stage_ok(self, key: str, checksums: bool = True) -> bool:
         """The stage manifest exists and every blob it names is whole (see blob_ok)."""
-        rec = self.get("stage", key)
-        return rec is not None and all(self.blob_ok(d, checksums) for d in rec["blobs"].values())
+        return not self.damaged({"": key}, checksums)[0]
+
+    def damaged(
+        self, stages: Mapping[str, str], checksums: bool = True
+    ) -> tuple[list[str], list[str]]:
+        """(the names of `stages`, name -> stage key, whose manifest is missing or names a
+        missing or damaged blob; the digests of the present but damaged blobs)."""
+        names, bad = [], []
+        for name, key in stages.items():
+            rec = self.get("stage", key)
+            if rec is None:
+                names.append(name)
+                continue
+            broken = [d for d in rec["blobs"].values() if not self.blob_ok(d, checksums)]
+            if broken:
+                names.append(name)
+                blob_db = self.store.dbs["blob"]
+                bad += [d for d in broken if self.txn.get(d.encode(), db=blob_db) is not None]
+        return names, bad
 
     def array(self, digest: str, verify: bool = True) -> np.ndarray:
         """Zero-copy view of one blob; raises KeyError if absent, CodecError if damaged
@@ -443,13 +460,43 @@ class Store:
         with self.read() as r:
             return r.stage_ok(key)
 
-    def damaged_stages(self, stages: Mapping[str, str], checksums: bool = True) -> list[str]:
+    def damaged_stages(
+        self, stages: Mapping[str, str], checksums: bool = True, remove_damaged: bool = False
+    ) -> list[str]:
         """The names (of `stages`, name -> stage key) whose manifest is missing or that
         name a missing or damaged blob, in one read snapshot. This is the hit path's
-        integrity check: with `checksums` every blob's payload is hashed, without it
-        only headers and sizes are read."""
+        integrity check: with `checksums` every blob is hashed whole against its digest,
+        without it only headers and sizes are read.
+
+        With `remove_damaged` (the hit path's), a damaged blob found is removed from a
+        writable store, so damage found once is damage to every later check, the
+        presence checks of listings included; the rebuild that follows writes it anew."""
         with self.read() as r:
-            return [n for n, k in stages.items() if not r.stage_ok(k, checksums)]
+            names, bad = r.damaged(stages, checksums)
+        if bad and remove_damaged and not self.readonly:
+            self.drop_damaged(bad)
+        return names
+
+    def drop_damaged(self, digests: list[str]) -> None:
+        """Delete these blobs where they are still damaged (a repair may have rewritten
+        one meanwhile); skipped on a full disk, where the next check finds them again."""
+
+        def txn_fn(txn: lmdb.Transaction) -> None:
+            db = self.dbs["blob"]
+            for digest in digests:
+                value = txn.get(digest.encode(), db=db)
+                if value is None:
+                    continue
+                try:
+                    codec.decode(value, digest=digest)
+                except codec.CodecError:
+                    txn.delete(digest.encode(), db=db)
+                    self._count(txn, "damaged_blobs_removed", 1)
+
+        try:
+            self.write(txn_fn)
+        except StoreFullError:
+            pass
 
     def load_arrays(self, key: str, names: list[str] | None = None) -> dict[str, np.ndarray] | None:
         """Copies of a stage's arrays, checksums verified; None when missing or damaged."""
@@ -490,15 +537,15 @@ class Store:
             return rec
 
     def avatar_bytes(self, key: str) -> int | None:
-        """The bytes of every stage the avatar names, read in one snapshot; None when the
-        avatar or any stage or blob below it is missing (a gc may have removed it: a
-        listing then shows it cold rather than failing)."""
+        """The bytes of every stage the avatar names, read in one snapshot; None unless it
+        is hot by the hit check's definition (pipeline/hot.py) at the depth a listing can
+        afford: every stage there and every blob present with a whole header and payload
+        size, its bytes not hashed. A listing shows a gc'd avatar cold, never fails."""
         with self.read() as r:
             rec = r.get("avatar", key)
-            if rec is None:
+            if rec is None or r.damaged(rec["stages"], checksums=False)[0]:
                 return None
-            stages = [r.stage(s) for s in rec["stages"].values()]
-            return None if None in stages else sum(s.nbytes for s in stages)
+            return sum(r.get("stage", s)["nbytes"] for s in rec["stages"].values())
 
     def touch(self, key: str) -> None:
         """Record a use of an avatar (for LRU eviction and the gc grace period).
