@@ -236,7 +236,7 @@ def test_unreachable_remote_warns_once_then_builds_locally(world):
         assert not report.hit and report.pulled is None
         assert store.get_avatar(report.avatar) is not None
         # a second miss in this process does not ask the dead tier again
-        assert pull_on_miss(store, "0" * 32, lines.append) is None
+        assert pull_on_miss(store, "0" * 32, {}, lines.append) is None
         warnings = [x for x in lines if url in x]
         # one for the pull; the background push may add one (the tier is down for both)
         assert warnings and "unreachable" in warnings[0], lines
