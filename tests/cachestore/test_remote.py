@@ -12,13 +12,27 @@ import sys
 import av
 import numpy as np
 import pytest
+import xxhash
 
+from cachestore.gc import collect
+from cachestore.keys import canonical
 from cachestore.remote.pull import pull_on_miss
 from cachestore.remote.push import wait_for_pushes
-from cachestore.remote.tier import _ATTACHED, _REMOTES, ATTACHED_ENV, ENV, attach, open_remote
+from cachestore.remote.tier import (
+    _ATTACHED,
+    _REMOTES,
+    ATTACHED_ENV,
+    ENV,
+    ac_path,
+    attach,
+    open_remote,
+    sha256,
+)
 from cachestore.store import forget_store, open_store
+from cachestore.verify import verify
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from pipeline.catalog import plan_for
+from pipeline.hot import hot_check
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
 from tests.cachestore.nginx import Nginx, free_port
@@ -163,11 +177,11 @@ def _damage_largest_blob(tier, how: str) -> str:
     return blob.name
 
 
-def _precompile_with_tier(world, tier, cache, progress=None):
+def _precompile_with_tier(world, tier, cache, progress=None, source="studio.mp4"):
     """precompile() in this process, with the tier attached; returns (report, lines)."""
     attach(cache, tier.url)
     lines: list[str] = []
-    source = world.joinpath(*SOURCE)
+    source = world / "personas" / "astro" / source
     report = precompile(
         source, Recipe(), open_store(cache), on_wait=lines.append, progress=progress
     )
@@ -368,3 +382,223 @@ def test_bad_remote_url_is_one_line(world):
 
     with pytest.raises(RemoteError, match="set remote"):
         open_remote("nosuch://x/y")
+
+
+# -- what a pull writes, and what it checks (issue 22) -------------------------------------
+
+
+def manifest_path(tier, avatar: str):
+    return tier.data / ac_path("avatar", avatar)
+
+
+def forge(path, change) -> None:
+    """Rewrite a manifest on the tier's disk through change(body), with a valid checksum:
+    what anyone who can PUT to an unsigned tier can publish."""
+    outer = json.loads(path.read_bytes())
+    change(outer["body"])
+    outer["sha256"] = sha256(canonical(outer["body"]))
+    outer.pop("hmac", None)
+    path.write_bytes(json.dumps(outer).encode())
+
+
+def planned(store, world, name: str = "studio.mp4"):
+    return plan_for(store, world / "personas" / "astro" / name, Recipe())
+
+
+def stage_bytes(store, keys) -> dict[str, bytes]:
+    with store.read() as r:
+        return {k: bytes(r.txn.get(k.encode(), db=store.dbs["stage"])) for k in keys}
+
+
+def test_a_forged_manifest_cannot_rewrite_another_avatars_records(world, tier):
+    """A manifest for avatar B that also carries records under avatar A's stage keys:
+    the pulling store, which has A hot, keeps A's records byte for byte and builds B."""
+    write_loop_video(world / "personas" / "astro" / "gala.mp4", n_frames=6, size=(270, 480))
+    other = open_store(world / "other")
+    b = precompile(world / "personas" / "astro" / "gala.mp4", Recipe(), other)
+    forget_store(world / "other")
+    assert push(world, world / "other", tier).returncode == 0
+    victim = open_store(world / "built")
+    a = planned(victim, world)
+    before = stage_bytes(victim, a.stages.values())
+    a_record = victim.read_value("avatar", a.avatar)
+
+    def carry_a(body):  # B's records, filed under A's stage keys too
+        for name, key in a.stages.items():
+            body["stages"][key] = body["stages"][b.stages_keys[name]]
+
+    b.stages_keys = planned(victim, world, "gala.mp4").stages
+    forge(manifest_path(tier, b.avatar), carry_a)
+    try:
+        report, lines = _precompile_with_tier(world, tier, world / "built", source="gala.mp4")
+        assert report.pulled is None and not report.hit  # refused, then built here
+        (line,) = [x for x in lines if "refused" in x]
+        assert "manifest" in line and "stage keys" in line, line
+        assert stage_bytes(victim, a.stages.values()) == before  # A's records untouched
+        assert victim.read_value("avatar", a.avatar) == a_record
+        assert hot_check(victim, a.avatar)[1] == [] and verify(victim)[1] == []
+    finally:
+        close(world / "built")
+
+
+def _no_name(body):
+    del next(iter(body["stages"].values()))["name"]
+
+
+def _size_64x(body):
+    next(iter(body["blobs"].values()))[1] = "64x"
+
+
+def _frames_text(body):
+    body["record"]["frames"] = str(body["record"]["frames"])
+
+
+def _fps_nan(body):
+    body["record"]["fps"] = float("nan")
+
+
+@pytest.mark.parametrize("forgery", [_no_name, _size_64x, _frames_text, _fps_nan])
+def test_a_mistyped_manifest_field_is_one_line_never_an_exception(world, tier, forgery):
+    assert push(world, world / "built", tier).returncode == 0
+    store = open_store(world / "fresh")
+    keys = planned(store, world)
+    forge(manifest_path(tier, keys.avatar), forgery)
+    attach(world / "fresh", tier.url)
+    lines: list[str] = []
+    try:
+        assert pull_on_miss(store, keys.avatar, keys.stages, lines.append) is None
+        (line,) = lines
+        assert "damaged" in line and "refused" in line and "\n" not in line, line
+        assert store.read_value("avatar", keys.avatar) is None
+        assert store.items("stage") == []  # nothing of it entered the store
+    finally:
+        close(world / "fresh")
+
+
+def craft_blob(shape: object) -> bytes:
+    """A blob whose header says `shape` (a string where sizes belong), laid out as the
+    codec lays out a real one: its hashes, computed over it, are all valid."""
+    import msgpack
+
+    header = msgpack.packb(
+        {"v": 1, "dtype": "|u1", "shape": shape, "xxh3": 0, "attrs": {}}, use_bin_type=True
+    )
+    start = 8 + len(header)
+    offset = -(-start // 64) * 64
+    return b"HPA1" + len(header).to_bytes(4, "little") + header + bytes(offset - start) + b"x" * 8
+
+
+def test_a_crafted_blob_header_with_valid_hashes_is_refused(world, tier):
+    assert push(world, world / "built", tier).returncode == 0
+    store = open_store(world / "fresh")
+    keys = planned(store, world)
+    crafted = craft_blob("8")
+    digest, name = xxhash.xxh3_128_hexdigest(crafted), sha256(crafted)
+    (tier.data / "cas" / name).write_bytes(crafted)
+
+    def swap_in(body):  # the masks stage's first blob becomes the crafted one
+        rec = body["stages"][keys.stages["masks"]]
+        array = sorted(rec["blobs"])[0]
+        old = rec["blobs"][array]
+        rec["blobs"][array] = digest
+        rec["nbytes"] += len(crafted) - body["blobs"][old][1]
+        if all(old not in r["blobs"].values() for r in body["stages"].values()):
+            del body["blobs"][old]
+        body["blobs"][digest] = [name, len(crafted)]
+
+    forge(manifest_path(tier, keys.avatar), swap_in)
+    attach(world / "fresh", tier.url)
+    lines: list[str] = []
+    try:
+        assert pull_on_miss(store, keys.avatar, keys.stages, lines.append) is None
+        (line,) = lines
+        assert name in line and "not a hotplate array" in line, line
+        assert store.read_value("avatar", keys.avatar) is None
+    finally:
+        close(world / "fresh")
+
+
+def test_a_refused_same_size_blob_is_mended_by_the_local_builds_push(world, tier):
+    assert push(world, world / "built", tier).returncode == 0
+    name = _damage_largest_blob(tier, "flip")  # same size: HEAD cannot tell
+    try:
+        report, lines = _precompile_with_tier(world, tier, world / "fresh")
+        assert report.pulled is None and any(name in x and "refused" in x for x in lines)
+    finally:
+        close(world / "fresh")  # waits for the push that followed the local build
+    blob = tier.data / "cas" / name
+    assert sha256(blob.read_bytes()) == name  # uploaded again: whole
+    store = open_store(world / "fresh")
+    try:
+        assert store.read_value("meta", "remote_mend") == []  # nothing left to mend
+    finally:
+        forget_store(world / "fresh")
+    again, lines = _precompile_with_tier(world, tier, world / "third")
+    try:
+        assert again.pulled is not None, lines  # the next store pulls it, nothing refused
+    finally:
+        close(world / "third")
+
+
+def test_gc_cannot_take_an_avatar_while_it_is_pushed(world, tier):
+    """The tier hangs (SIGSTOP) once the miss has asked it and the build runs; the build
+    returns with its push still waiting; gc with --max-size 1 --grace 0 runs meanwhile and
+    must keep the avatar, whose push then completes once the tier answers again."""
+    paused = []
+
+    def progress(stage, done, total):
+        if stage == "decode" and not paused:  # the pull has asked and missed: pause
+            tier.pause()
+            paused.append(True)
+
+    try:
+        report, lines = _precompile_with_tier(world, tier, world / "fresh", progress)
+        assert paused and not report.hit
+        store = open_store(world / "fresh")
+        plan = collect(store, roots=[], grace=0, max_size=1)
+        assert f"avatar:{report.avatar}" not in plan.freed, "gc took the avatar mid-push"
+        assert store.get_avatar(report.avatar) is not None
+    finally:
+        tier.resume()
+        close(world / "fresh")
+    assert open_store(world / "fresh").read_value("meta", "count:pushes") == 1
+    forget_store(world / "fresh")
+    pulled = cli.hotplate(world, world / "third", "pull", "--remote", tier.url)
+    assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stdout + pulled.stderr
+
+
+def test_a_push_outlives_its_builder_killed_with_minus_9(world, tier):
+    """A render worker is killed on cancel and after stop; a CLI can be killed any time.
+    The push the build started finishes all the same (it is a process of its own)."""
+    import os
+    import signal
+    import time
+
+    env = {**os.environ, ENV: tier.url}
+    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
+    cmd += ["--cache", str(world / "fresh"), "precompile", str(world.joinpath(*SOURCE))]
+    builder = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=world, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not any("/ac/" in line for line in tier.log_lines()):  # the miss asked the tier
+            assert time.monotonic() < deadline and builder.poll() is None, "no pull asked"
+            time.sleep(0.02)
+        tier.pause()  # the push will hang until resume
+        for line in builder.stdout:  # built, and its push started
+            if "now hot" in line:
+                break
+        else:
+            raise AssertionError("the precompile ended without making the avatar hot")
+        builder.send_signal(signal.SIGKILL)  # built, pushing: gone
+        builder.wait(timeout=60)
+    finally:
+        tier.resume()
+        if builder.poll() is None:
+            builder.kill()
+    avatar = avatar_key(world / "fresh")
+    deadline = time.monotonic() + 120
+    while not manifest_path(tier, avatar).exists():
+        assert time.monotonic() < deadline, "the push died with its builder"
+        time.sleep(0.1)
+    pulled = cli.hotplate(world, world / "third", "pull", "--remote", tier.url)
+    assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stdout + pulled.stderr
