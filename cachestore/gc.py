@@ -6,7 +6,8 @@ write transaction, so a concurrent writer sees the store before or after gc, nev
 between. A render reads in many transactions, so it leases its avatar
 (`cachestore/leases.py`): live leases are roots that even `max_size` never evicts. A
 build in progress leases its avatar key and every stage key it will write, from its
-flight lock to its avatar manifest, so the stages it has written are roots too.
+flight lock to its avatar manifest, so the stages it has written are roots too; a pull
+leases the blobs it writes until the records that name them are in.
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ def _plan(
 
     plan.avatars = sorted(set(avatars) - keep_avatars)
     plan.stages = sorted(set(stages) - keep_stages)
-    plan.blobs = sorted(set(blob_sizes) - named_blobs)
+    # a pull leases the blobs it writes until its records name them
+    plan.blobs = sorted(set(blob_sizes) - named_blobs - leased)
     plan.freed = {f"avatar:{k}": avatars[k][1] for k in plan.avatars}
     plan.freed.update({f"stage:{k}": stages[k][1] for k in plan.stages})
     plan.freed.update({f"blob:{k}": blob_sizes[k] for k in plan.blobs})

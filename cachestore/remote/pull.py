@@ -7,9 +7,9 @@
    it enters the store: its size, its SHA-256 (the remote's name), its xxh3-128 (the
    store's name) and its header. Blobs are written in batches of about BATCH_BYTES, and
    no more is downloaded while a batch waits: the bytes a pull holds are bounded;
-3. write the records in one write transaction, which first checks that every blob they
-   name is present (gc may have taken an orphan meanwhile): only this avatar's, under
-   the planned keys, and never over a record the store has already.
+3. write the records in one write transaction: only this avatar's, under the planned
+   keys, and never over a record the store has already. The blobs it wrote are leased
+   until then (gc keeps leased blobs), so none can vanish before a record names it.
 
 A damaged, truncated or unsigned object is refused and named in one line; an
 unreachable or slow remote gives one line naming it. Either way the caller builds
@@ -21,6 +21,7 @@ where the tier holds an object of its name and size.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -33,6 +34,7 @@ import xxhash
 
 from cachestore import codec
 from cachestore.errors import MissingStageError, StoreError
+from cachestore.leases import Lease
 from cachestore.remote.manifest import parse_manifest
 from cachestore.remote.push import PARALLEL, note_mend
 from cachestore.remote.tier import (
@@ -154,7 +156,8 @@ def pull_avatar(
     held = 0  # bytes in the batch and on their way: at most BATCH_BYTES (or one blob)
     todo = list(reversed(missing))
     running: set[Future] = set()
-    with ThreadPoolExecutor(PARALLEL) as pool:
+    # gc keeps leased blobs: those written here are orphans until the records name them
+    with _lease(store, [avatar, *missing]), ThreadPoolExecutor(PARALLEL) as pool:
         try:
             while todo or running:
                 # back-pressure: a download starts only while what is held leaves room
@@ -181,10 +184,14 @@ def pull_avatar(
             for future in running:
                 future.cancel()
             raise
-    # 3. the records, in one transaction
-    _put_records(store, body, stages, local, report.bytes)
+        # 3. the records, in one transaction, while the blobs are still leased
+        _put_records(store, body, stages, local, report.bytes)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _lease(store: Store, keys: list[str]) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext() if store.readonly else Lease(store.path, keys)
 
 
 def _flush(store: Store, batch: dict[str, Any]) -> int:
@@ -229,15 +236,8 @@ def _put_records(
     avatar = body["avatar"]
 
     def txn_fn(txn: Any) -> None:
-        blob_db, stage_db, avatar_db = store.dbs["blob"], store.dbs["stage"], store.dbs["avatar"]
-        with txn.cursor(db=blob_db) as cur:  # presence only: set_key reads no value
-            for rec in records.values():
-                for digest in rec["blobs"].values():
-                    if not cur.set_key(digest.encode()):
-                        raise MissingStageError(
-                            f"blob {digest[:16]} vanished (gc) before avatar {avatar[:16]} "
-                            f"was pulled"
-                        )
+        # every blob is here: written by this pull (leased since) or whole before it
+        stage_db, avatar_db = store.dbs["stage"], store.dbs["avatar"]
         for key, rec in records.items():
             if txn.get(key.encode(), db=stage_db) is None:  # written meanwhile: theirs stays
                 txn.put(key.encode(), pack(rec), db=stage_db)
