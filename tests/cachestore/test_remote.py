@@ -19,9 +19,6 @@ from cachestore.keys import canonical
 from cachestore.remote.pull import pull_on_miss
 from cachestore.remote.push import push_avatar, wait_for_pushes
 from cachestore.remote.tier import (
-    _ATTACHED,
-    _REMOTES,
-    ATTACHED_ENV,
     ENV,
     ac_path,
     attach,
@@ -30,42 +27,14 @@ from cachestore.remote.tier import (
 )
 from cachestore.store import forget_store, open_store
 from cachestore.verify import verify
-from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
+from hotplate.demo_data import write_loop_video
 from pipeline.catalog import plan_for
 from pipeline.hot import hot_check
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
 from tests.cachestore.nginx import Nginx, free_port
+from tests.cachestore.tier_world import SOURCE
 from tests.integrity import cli
-
-SIZE = (540, 960)
-SOURCE = ("personas", "astro", "studio.mp4")
-
-
-@pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    """personas, speech and a store `built` where the loop is hot (the real CLI, no tier)."""
-    root = tmp_path_factory.mktemp("made")
-    (root / "personas" / "astro").mkdir(parents=True)
-    write_loop_video(root.joinpath(*SOURCE), n_frames=8, size=SIZE)
-    write_wav(root / "speech.wav", make_speech_audio(1.0), 16000)
-    result = cli.hotplate(root, root / "built", "precompile", str(root.joinpath(*SOURCE)))
-    assert result.returncode == 0, result.stderr
-    forget_store(root / "built")
-    return root
-
-
-@pytest.fixture
-def world(made, tmp_path, monkeypatch):
-    """A private copy of `made`, and no tier set in this process or its children."""
-    for name in ("personas", "built"):
-        shutil.copytree(made / name, tmp_path / name)
-    shutil.copy(made / "speech.wav", tmp_path)
-    monkeypatch.delenv(ENV, raising=False)
-    monkeypatch.delenv(ATTACHED_ENV, raising=False)
-    yield tmp_path
-    _ATTACHED.clear()
-    _REMOTES.clear()  # a remote marked down in one test is not down in the next
 
 
 @pytest.fixture
