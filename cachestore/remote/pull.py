@@ -296,8 +296,9 @@ def pull_on_miss(
     except StoreError:
         raise  # the local store's own trouble (full disk) is the render's to report
     except Exception as exc:  # the cluster's flight (Ray), or a client's surprise
+        reason = (str(exc).splitlines() or [""])[0][:200]  # Ray's messages span lines
         say(
-            f"warning: pull of avatar {avatar[:16]} failed ({type(exc).__name__}: {exc}); "
+            f"warning: pull of avatar {avatar[:16]} failed ({type(exc).__name__}: {reason}); "
             f"building locally"
         )
         return None
