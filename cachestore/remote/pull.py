@@ -128,36 +128,38 @@ def pull_avatar(
         return None
     body = parse_manifest(data, avatar, stages, where, key)
     blobs: dict[str, list] = body["blobs"]
-    with store.read() as r:
-        # a record the store has already is kept, so the blobs wanted are the ones the
-        # records that will be in force name (and the tier holds)
-        local = {k: r.get("stage", k) for k in stages.values()}
-        named = {
-            d
-            for k in stages.values()
-            for d in (local[k] or body["stages"][k])["blobs"].values()
-            if d in blobs
-        }
-        missing = sorted(d for d in named if not r.blob_ok(d))
-    report.blobs = len(named)
-    total = sum(blobs[d][1] for d in missing)
+    # leased before the store is looked at: gc keeps leased stages and blobs, and the
+    # blobs written here are orphans until the records name them
+    with _lease(store, [avatar, *stages.values(), *blobs]), ThreadPoolExecutor(PARALLEL) as pool:
+        with store.read() as r:
+            # a record the store has already is kept, so the blobs wanted are the ones the
+            # records that will be in force name (and the tier holds)
+            local = {k: r.get("stage", k) for k in stages.values()}
+            named = {
+                d
+                for k in stages.values()
+                for d in (local[k] or body["stages"][k])["blobs"].values()
+                if d in blobs
+            }
+            missing = sorted(d for d in named if not r.blob_ok(d))
+        report.blobs = len(named)
+        total = sum(blobs[d][1] for d in missing)
 
-    # 2. the blobs, verified as they arrive and written in batches
-    def fetch(digest: str) -> tuple[str, Any]:
-        if time.perf_counter() - start > deadline:
-            raise RemoteError(
-                f"remote {remote.url} too slow: pull of avatar {avatar[:16]} passed {deadline:.0f} s"
-            )
-        name, size = blobs[digest]
-        path = cas_path(name)
-        return digest, check_blob(remote.get(path), digest, name, size, remote.where(path))
+        # 2. the blobs, verified as they arrive and written in batches
+        def fetch(digest: str) -> tuple[str, Any]:
+            if time.perf_counter() - start > deadline:
+                raise RemoteError(
+                    f"remote {remote.url} too slow: pull of avatar {avatar[:16]} passed "
+                    f"{deadline:.0f} s"
+                )
+            name, size = blobs[digest]
+            path = cas_path(name)
+            return digest, check_blob(remote.get(path), digest, name, size, remote.where(path))
 
-    batch: dict[str, Any] = {}
-    held = 0  # bytes in the batch and on their way: at most BATCH_BYTES (or one blob)
-    todo = list(reversed(missing))
-    running: set[Future] = set()
-    # gc keeps leased blobs: those written here are orphans until the records name them
-    with _lease(store, [avatar, *missing]), ThreadPoolExecutor(PARALLEL) as pool:
+        batch: dict[str, Any] = {}
+        held = 0  # bytes in the batch and on their way: at most BATCH_BYTES (or one blob)
+        todo = list(reversed(missing))
+        running: set[Future] = set()
         try:
             while todo or running:
                 # back-pressure: a download starts only while what is held leaves room

@@ -279,12 +279,23 @@ def test_hot_render_never_asks_the_remote(world, monkeypatch):
     assert "cache hit" in result.stdout and "warning" not in result.stderr, result.stderr
 
 
-def test_concurrent_push_of_one_avatar_from_two_stores(world, tier, monkeypatch):
+def test_concurrent_push_of_one_avatar_from_two_stores(world, tier):
+    store = push_from_two_stores_then_pull(world, tier.url)
+    try:
+        key = avatar_key_open(store)
+        assert key == plan_for(store, world.joinpath(*SOURCE), Recipe()).avatar
+    finally:
+        close(world / "third")
+
+
+def push_from_two_stores_then_pull(world, url: str):
+    """Two stores holding the same avatar push it to `url` at once (real CLI processes);
+    a third store pulls it: returns that store, the avatar whole in it."""
     shutil.copytree(world / "built", world / "twin")  # a second store with the same avatar
     cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
     procs = [
         subprocess.Popen(
-            [*cmd, "--cache", str(world / c), "push", "--remote", tier.url],
+            [*cmd, "--cache", str(world / c), "push", "--remote", url],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -293,17 +304,14 @@ def test_concurrent_push_of_one_avatar_from_two_stores(world, tier, monkeypatch)
         for c in ("built", "twin")
     ]
     for proc in procs:
-        out, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
-    pulled = cli.hotplate(world, world / "third", "pull", "--remote", tier.url)
+    pulled = cli.hotplate(world, world / "third", "pull", "--remote", url)
     assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stderr
     store = open_store(world / "third")
-    try:
-        key = avatar_key_open(store)
-        assert not store.damaged_stages(store.read_value("avatar", key)["stages"])
-        assert key == plan_for(store, world.joinpath(*SOURCE), Recipe()).avatar
-    finally:
-        close(world / "third")
+    key = avatar_key_open(store)
+    assert not store.damaged_stages(store.read_value("avatar", key)["stages"])
+    return store
 
 
 def avatar_key_open(store) -> str:

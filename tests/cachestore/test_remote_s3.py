@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -20,7 +19,13 @@ from cachestore.store import forget_store, open_store
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
 from tests.cachestore.seaweed import SeaweedFS
-from tests.cachestore.test_remote import close, counters, frames_of, planned
+from tests.cachestore.test_remote import (
+    close,
+    counters,
+    frames_of,
+    planned,
+    push_from_two_stores_then_pull,
+)
 from tests.cachestore.tier_world import SOURCE
 from tests.integrity import cli
 
@@ -137,34 +142,8 @@ def test_s3_that_stops_answering_mid_pull_ends_in_a_local_build(world, tier, mon
 
 
 def test_two_stores_push_one_avatar_to_s3_at_once(world, tier):
-    shutil.copytree(world / "built", world / "twin")
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
-    procs = [
-        subprocess.Popen(
-            [*cmd, "--cache", str(world / c), "push", "--remote", url(tier)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=world,
-        )
-        for c in ("built", "twin")
-    ]
-    for proc in procs:
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
-    pulled = cli.hotplate(world, world / "third", "pull", "--remote", url(tier))
-    assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stderr
-    store = open_store(world / "third")
-    try:
-        key = avatar_key_open(store)
-        assert not store.damaged_stages(store.read_value("avatar", key)["stages"])
-    finally:
-        close(world / "third")
-
-
-def avatar_key_open(store) -> str:
-    (key,) = [k for k, _ in store.items("avatar")]
-    return key
+    push_from_two_stores_then_pull(world, url(tier))
+    close(world / "third")
 
 
 def test_signed_manifests_on_s3_pull_only_with_the_key_that_signed_them(world, tier, tmp_path):
