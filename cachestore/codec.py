@@ -145,6 +145,15 @@ def _dtype(text: object) -> np.dtype:
     return dtype
 
 
+def check(value: bytes | memoryview, digest: str | None = None) -> Header:
+    """The header of a whole value, without viewing its array: raises CodecError as
+    `decode(value, digest=digest)` would (with no digest, only the header is checked)."""
+    header = read_header(value)
+    if digest is not None and xxhash.xxh3_128_hexdigest(value) != digest:
+        raise CodecError("the value does not hash to its digest: the stored bytes are damaged")
+    return header
+
+
 def decode(
     value: bytes | memoryview, verify: bool = True, digest: str | None = None
 ) -> tuple[Header, np.ndarray]:
@@ -157,12 +166,9 @@ def decode(
     value, its xxh3-128) the whole value, header and pad included, must hash to it, so
     every damaged byte is found; without, the payload must match the header's checksum.
     """
-    header = read_header(value)
+    header = check(value, digest if verify else None)
     raw = memoryview(value)[header.offset :]
-    if verify and digest is not None:
-        if xxhash.xxh3_128_hexdigest(value) != digest:
-            raise CodecError("the value does not hash to its digest: the stored bytes are damaged")
-    elif verify and checksum(raw) != header.checksum:
+    if verify and digest is None and checksum(raw) != header.checksum:
         raise CodecError("checksum mismatch: the stored bytes are damaged")
     array = (
         np.frombuffer(raw, dtype=np.dtype(header.dtype))

@@ -108,7 +108,7 @@ class Reader:
         if value is None:
             return False
         try:
-            codec.decode(value, verify=checksums, digest=digest)
+            codec.check(value, digest if checksums else None)
         except codec.CodecError:
             return False
         return True
@@ -488,7 +488,7 @@ class Store:
                 if value is None:
                     continue
                 try:
-                    codec.decode(value, digest=digest)
+                    codec.check(value, digest)
                 except codec.CodecError:
                     txn.delete(digest.encode(), db=db)
                     self._count(txn, "damaged_blobs_removed", 1)

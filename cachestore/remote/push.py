@@ -108,7 +108,7 @@ def _blob(store: Store, digest: str) -> bytes:
     try:
         if data is None:
             raise codec.CodecError("missing")
-        codec.decode(data, digest=digest)
+        codec.check(data, digest)
     except codec.CodecError as exc:
         raise NotHotError(
             f"blob {digest[:16]} in {store.path} is missing or damaged ({exc}); "
