@@ -110,7 +110,7 @@ def main() -> None:
         forget_store(Path(tmp) / "store")
     mb = nbytes / 2**20
     print(f"avatar blobs: {mb:.1f} MiB; best of 5, warm page cache (machine shared while measured)")
-    print(f"a) full check (xxh3-64 of every blob)   {full * 1000:8.1f} ms  ({mb / full:.0f} MiB/s)")
+    print(f"a) full check (xxh3-128 of each blob) {full * 1000:8.1f} ms  ({mb / full:.0f} MiB/s)")
     print(f"b) headers and sizes only               {light * 1000:8.1f} ms")
     print(f"c) bytes a hot render reads (baseline)  {read * 1000:8.1f} ms")
     print(f"d) JPEG decode of every frame           {decode * 1000:8.1f} ms")
