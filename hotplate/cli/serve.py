@@ -222,7 +222,9 @@ def serve(
     from cachestore.remote.tier import attach
     from hotplate.serve.app import ServeConfig, create_app
 
-    attach(settings.cache, settings.remote)  # the render workers pull and push through it
+    attach(  # the render workers pull and push through it
+        settings.cache, settings.remote, settings.remote_key
+    )
     config = ServeConfig(
         settings=settings,
         workers=workers,
