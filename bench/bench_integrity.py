@@ -4,7 +4,7 @@ A 150-frame 1080x1920 avatar (JPEG frames as the decode stage stores them, boxes
 landmarks, 256x256 crops and masks, VAE latents) is written to a fresh store; then,
 side by side in one run, warm page cache, best of 5 (nothing is asserted):
 
-a) the full check `Store.damaged_stages(stages)`: xxh3-64 over every blob's payload;
+a) the full check `Store.damaged_stages(stages)`: every blob hashed whole (xxh3-128, its digest);
 b) the light check `damaged_stages(stages, checksums=False)`: headers and sizes only;
 c) baseline 1, the bytes a hot render reads: `load_assets` plus every frame blob copied
    out of the store (what the render's frame loader reads, without the JPEG decode);

@@ -32,12 +32,15 @@ def _config(settings: Settings, **options: object):
     from watcher.daemon import Config
     from watcher.worker import DEFAULT_JOB
 
-    attach(settings.cache, settings.remote)  # the workers' misses pull, their builds push
+    attach(
+        settings.cache, settings.remote, settings.remote_key
+    )  # the workers' misses pull, their builds push
 
     return Config(
         personas=settings.personas,
         cache=settings.cache,
         map_size=settings.map_size,
+        flight_wait=settings.flight_wait,
         recipe=settings.recipe,
         job=os.environ.get(JOB_ENV) or DEFAULT_JOB,
         **options,
