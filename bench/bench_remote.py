@@ -37,6 +37,7 @@ from cachestore.remote.push import push_avatar
 from cachestore.remote.tier import ENV, attach, open_remote
 from cachestore.store import forget_store, open_store
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
+from pipeline.catalog import plan_for
 from pipeline.lip_sync import LipSyncRequest, lip_sync
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
@@ -101,7 +102,10 @@ def run(bench: Bench, world: Path, source: Path, nginx: Nginx) -> None:
     if hooked.pulled is None:
         raise SystemExit(f"the precompile miss built instead of pulling: {lines}")
     bare = open_store(world / "bare")
-    bare_s, _ = timed(lambda: pull_avatar(bare, tier, report.avatar))
+    planned = plan_for(bare, source, recipe)  # a pull takes the stage keys of its own plan
+    bare_s, pulled = timed(lambda: pull_avatar(bare, tier, planned.avatar, planned.stages))
+    if pulled is None:
+        raise SystemExit(f"pull_avatar found no avatar {planned.avatar} on the tier")
     jit_base = "JIT precompile of the same loop, no tier, same run"
     bench.figure(
         "pull of an avatar through the precompile miss (nginx on loopback)",
