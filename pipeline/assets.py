@@ -14,8 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pipeline.mouth.bank import MouthBank
 
 
 @dataclass
@@ -34,6 +38,9 @@ class AvatarAssets:
     # (N, S, S, 3) uint8 crops (S = 256): inputs of the latents stage; no renderer reads
     # them, so load_assets leaves them in the store (49 MB for 250 frames)
     crops: np.ndarray | None = None
+    # the persona's mouth bank (pipeline/mouth/bank.py), when it has talking footage and
+    # the bank is hot: the warp renderer draws its mouths from there
+    bank: MouthBank | None = None
 
     @property
     def n_frames(self) -> int:
