@@ -13,7 +13,7 @@ units), at SCALE pixels per inter-ocular distance, stored as JPEG (the frame cod
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -88,17 +88,18 @@ def empty_bank(reason: str, **meta: object) -> BankBuild:
 
 def build_bank(
     n_frames: int,
-    frame: Callable[[int], np.ndarray],
+    frames: Iterable[np.ndarray],
     landmarks: np.ndarray,
     audio: np.ndarray | None,
     fps: float,
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> BankBuild:
-    """The bank of a clip of `n_frames` (`frame(i)` decodes frame i), its landmarks
-    (N, 68, 2) and its audio (float32 mono at FEATURE_RATE, None when it has none).
+    """The bank of a clip of `n_frames` (`frames` yields them in order; read only when
+    the clip talks), its landmarks (N, 68, 2) and its audio (float32 mono at
+    FEATURE_RATE, None when it has none).
 
-    Frames are read in order once; crops are JPEG-encoded as the frames are. Returns
-    the stage's arrays and meta; a clip without enough speech gives an empty bank."""
+    Crops are JPEG-encoded as the frames are read. Returns the stage's arrays and meta;
+    a clip without enough speech gives an empty bank."""
     import cv2
 
     from pipeline.media import encode_frame
@@ -123,10 +124,16 @@ def build_bank(
     arrays: dict[str, np.ndarray] = {}
     shapes = np.zeros((len(faces), 3), np.float32)
     lips = np.zeros((len(faces), len(LIPS), 2), np.float32)
-    for k, i in enumerate(faces):
+    entry = {i: k for k, i in enumerate(faces)}
+    for i, image in enumerate(frames):
+        if i >= n_frames:
+            break
+        if i not in entry:
+            continue
+        k = entry[i]
         m = to_canonical(landmarks[i])
         crop = cv2.warpAffine(
-            frame(i),
+            image,
             crop_from_frame(m),
             (w, h),
             flags=cv2.INTER_AREA,
