@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DETECTORS = ("retinaface", "dlib", "s3fd")
-LANDMARKERS = ("retinaface", "dlib", "fan", "dwpose")
+LANDMARKERS = ("facemesh", "retinaface", "dlib", "fan", "dwpose")
 MASKERS = ("landmarks", "bisenet")
 PARSING_MODES = ("jaw", "raw", "neck")  # upstream MuseTalk's BiSeNet mask modes
 CROP_RULES = ("hotplate", "v1.5", "v1.0")  # half-face box rules: hotplate's, or MuseTalk's
@@ -39,7 +39,7 @@ class Recipe:
     )
     face: str = "auto"  # which face is the presenter: see parse_face_hint
     detector: str = "retinaface"
-    landmarks: str = "retinaface"
+    landmarks: str = "facemesh"
     mask: str = "landmarks"
     bbox_shift: int = 0
     crop_size: int = 256
