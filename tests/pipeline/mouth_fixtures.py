@@ -172,3 +172,47 @@ def placement(pixels: np.ndarray, points: np.ndarray) -> tuple[float, float]:
     px = pixels.astype(int) - lo
     inside = canvas[px[:, 1], px[:, 0]] > 0
     return float(offset), float(inside.mean())
+
+
+def talking_clip(image: np.ndarray, wav: Path, out: Path) -> Path:
+    """A talking clip made from a real face: `image` (a still, its mouth closed) speaking
+    `wav` (espeak-ng), its mouth opened and closed by a known warp (the warp renderer's
+    procedural mouth, no bank), H.264 and the speech as AAC. No real talking clip with
+    its own audio ships in a package (tests/faces/manifest.toml's clips have none)."""
+    from pipeline.render.video import render_video
+
+    render_video(still_assets(image), wav, out, backend="warp")
+    return out
+
+
+def video_frames(path: Path) -> list[np.ndarray]:
+    import av
+
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+
+
+def referee_gaps(frames: list[np.ndarray], step: int = 1) -> np.ndarray:
+    """The referee's lip gap on every `step`-th frame (nan where it finds no face)."""
+    from tests.faces.referee import referee_points
+
+    out = []
+    for f in frames[::step]:
+        pts = referee_points(f)
+        out.append(np.nan if pts is None else lip_gap(pts))
+    return np.asarray(out)
+
+
+def correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson's r over the frames where both are known."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    n = min(a.size, b.size)
+    a, b = a[:n], b[:n]
+    ok = np.isfinite(a) & np.isfinite(b)
+    require(ok.sum() > 10, "the referee found too few faces to correlate")
+    return float(np.corrcoef(a[ok], b[ok])[0, 1])
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    err = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return float("inf") if err == 0 else 10.0 * np.log10(255.0**2 / err)
