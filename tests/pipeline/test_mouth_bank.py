@@ -9,6 +9,7 @@ referee (dlib, tests/faces/referee.py) judges the renders.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from cachestore.store import forget_store, open_store
@@ -103,3 +104,52 @@ def test_a_still_of_the_persona_speaks_with_the_banks_mouths(persona, tmp_path):
     r = correlation(env[::2], referee_gaps(rendered, 2))
     print(f"still from the bank: r = {r:.3f}")
     assert r >= FOLLOWS
+
+
+def test_silence_rests_on_the_presenters_closed_mouth(persona, tmp_path):
+    """In a pause the bank shows the presenter's closed mouth (and the referee sees it
+    shut), then speech resumes from the bank."""
+    import wave
+
+    root, store, wav, _ = persona
+    speech = load_audio(wav, 16000)[: 16000 * 3]
+    audio = np.concatenate([speech, np.zeros(16000 * 2, np.float32), speech])
+    path = tmp_path / "pause.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000)
+        w.writeframes((audio * 32767).astype("<i2").tobytes())
+    out = tmp_path / "pause.mp4"
+    lip_sync(store, root, RECIPE, LipSyncRequest("grace", "default", path, out))
+    gaps = referee_gaps(video_frames(out))
+    pause = gaps[int(3.5 * 25) : int(4.6 * 25)]
+    talking = gaps[: 3 * 25]
+    print(f"pause: max gap {np.nanmax(pause):.3f}; talking: max {np.nanmax(talking):.3f}")
+    assert np.nanmax(pause) <= 0.05 < np.nanmax(talking)
+
+
+def test_live_renders_from_the_bank_agree_with_whole_files(persona, tmp_path):
+    from pipeline.lip_sync import live_lip_sync
+
+    root, store, wav, _ = persona
+    whole = tmp_path / "whole.mp4"
+    lip_sync(store, root, RECIPE, LipSyncRequest("grace", "default", wav, whole))
+    pcm = (load_audio(wav, 16000) * 32767).astype("<i2").tobytes()
+    segments = []
+    live_lip_sync(
+        store,
+        root,
+        RECIPE,
+        LipSyncRequest("grace", "default", wav, tmp_path / "unused.mp4"),
+        (pcm[i : i + 640] for i in range(0, len(pcm), 640)),
+        16000,
+        1,
+        lambda kind, data: segments.append(data),
+    )
+    (tmp_path / "live.mp4").write_bytes(b"".join(segments))
+    a, b = video_frames(whole), video_frames(tmp_path / "live.mp4")
+    n = min(len(a), len(b))
+    r = correlation(referee_gaps(a[:n], 2), referee_gaps(b[:n], 2))
+    print(f"bank live vs whole: r = {r:.3f}")
+    # live searches the bank per window (4 s back, one frame ahead), so it may pick
+    # other runs of footage for the same shapes than the whole file's one search
+    assert r >= 0.8
