@@ -52,8 +52,8 @@ from pipeline.render.silence import SilenceParams
 # Landmark moves at openness 1, as fractions of the lower-face height (nose 33 to
 # chin 8), along the face's down axis (positive is down). Jaw and lip taper to the sides.
 JAW_DROP = 0.16
-LIP_DROP = 0.19
-UPPER_RAISE = 0.06
+LIP_DROP = 0.24
+UPPER_RAISE = 0.07
 CORNER_DROP = 0.06
 MOVES: dict[int, float] = {
     **{
