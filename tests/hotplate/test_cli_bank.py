@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tests import faces
+from tests.integrity.test_damaged_blobs import damage
 from tests.pipeline.mouth_fixtures import espeak, talking_clip
 
 HOTPLATE = [sys.executable, "-c", "from hotplate.cli import main; main()"]
@@ -66,6 +67,10 @@ def test_sync_builds_the_bank_and_ls_resolve_and_gc_know_it(folders):
     after = {r["attire"]: r for r in json.loads(hp(folders, "ls", "--json").stdout)["sources"]}
     assert after["speech"]["bank"]["state"] == "hot"
     assert after["default"]["state"] == "hot"
+    # a damaged bank is rebuilt from its clip by verify --repair, as an avatar is
+    damage(folders[1], "bank", "shapes")
+    repaired = hp(folders, "verify", "--repair")
+    assert "rebuilt" in repaired.stdout and "0 problems" in repaired.stdout, repaired.stdout
 
 
 def test_the_page_catalog_lists_no_speech_attire(folders):
