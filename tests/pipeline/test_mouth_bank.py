@@ -35,6 +35,7 @@ RECIPE = Recipe(max_frames=0)  # the whole clip (about 11 s)
 REPRODUCES = 0.8  # r of the referee's gap, output against source (the bound)
 FOLLOWS = 0.6  # r of the referee's gap against the speech envelope
 OUTSIDE_DB = 40.0  # PSNR outside the mouth's blend square
+OWN_MOUTHS_DB = 30.0  # median PSNR inside it, against the clip's own frames
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +81,18 @@ def test_the_clip_rendered_from_its_bank_reproduces_its_mouth(persona, tmp_path)
     n = min(len(rendered), len(source))
     r = correlation(referee_gaps(source[:n], 2), referee_gaps(rendered[:n], 2))
     print(f"bank: r = {r:.3f} over {n} frames")
-    assert r >= REPRODUCES
+    assert outcome.bank is not None and r >= REPRODUCES
     assets = load_assets(store, outcome.avatar)
+    # the mouths are the clip's own: inside the blend region the output is the source
+    # (median 38.5 dB measured; the procedural mouth on the same clip gives 22 dB)
+    inside = np.median(
+        [
+            psnr(rendered[t][full_mask(assets, t) > 0], source[t][full_mask(assets, t) > 0])
+            for t in range(0, n, 5)
+        ]
+    )
+    print(f"inside the mouth: PSNR median {inside:.1f} dB")
+    assert inside >= OWN_MOUTHS_DB
     worst = min(
         psnr(
             rendered[t][full_mask(assets, t) == 0], assets.load_frame(t)[full_mask(assets, t) == 0]
