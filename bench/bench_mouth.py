@@ -122,9 +122,8 @@ def placement_and_sheets(bench: Bench, faces, fx, Old, New, audio) -> None:
                 float(np.median([p[1] for p in placed])),
             )
             offsets[label].append(figures[label][0])
-        face = s.source.name + (
-            s.name.split("/")[0].partition("@")[1] + s.name.split("/")[0].partition("@")[2]
-        )
+        face = s.name.split("/")[0]  # the source, and its frame for a clip
+        new_off, old_off = abs(figures["new"][0]), abs(figures["old"][0])
         bench.figure(
             f"{face}: opening's offset from the lips",
             figures["new"][0],
@@ -132,7 +131,7 @@ def placement_and_sheets(bench: Bench, faces, fx, Old, New, audio) -> None:
             baseline="the old warp renderer (fitted-68)",
             baseline_value=figures["old"][0],
             better="lower",
-            ratio=None,
+            ratio=new_off / old_off if old_off > 1e-9 else None,  # of the distances
             inputs={"frames": len(opened), "referee": "dlib 68"},
         )
         bench.figure(
