@@ -131,6 +131,7 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
     """List personas, attires and motions, hot or cold, with their size in the store,
     and each video's mouth bank (a loop that talks; a persona's speech.mp4)."""
     from pipeline.catalog import bank_info, bank_plan, iter_sources, plan_for, recipe_for
+    from pipeline.precompile.run import has_audio
 
     settings = settings_of(ctx)
     store = open_cache(settings, fallback_readonly=True) if present(settings) else None
@@ -141,6 +142,8 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
         if src.kind != "still":
             info = bank_info(store, bank_plan(store, src.path, recipe, src.kind).avatar)
             bank = {"state": "cold"} if info is None else {"state": "hot", **info}
+            if info is None and src.kind == "loop" and not has_audio(src.path):
+                bank = {"state": "none", "reason": "no audio track"}  # nothing to build
         if src.kind == "speech":  # only a bank: its row is the bank's
             p_avatar = bank.get("key") or bank_plan(store, src.path, recipe, "speech").avatar
             size = store.avatar_bytes(p_avatar) if store and bank["state"] == "hot" else None
@@ -181,7 +184,7 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
 
 def bank_cell(bank: dict | None) -> str:
     """The `bank` column of `ls`: '-' for stills, mouths in a hot bank, silent, cold."""
-    if bank is None:
+    if bank is None or bank["state"] == "none":
         return "-"
     if bank["state"] != "hot":
         return "cold"

@@ -10,8 +10,9 @@ missing data.
 track, landmarks (shared with the clip's avatar, by key), then the bank stage, and a
 record of its own in the avatar table (`"kind": "bank"`) naming only the bank stage,
 so the clip's frames are not kept for it. `precompile_source` is what the watcher and
-the CLI call for a file: a still's avatar; a loop's avatar and bank (a loop that does
-not talk gets an empty bank, so the question is asked once); a `speech.mp4`'s bank.
+the CLI call for a file: a still's avatar; a loop's avatar and, when it has an audio
+track, its bank (empty when that is not speech, so the question is asked once); a
+`speech.mp4`'s bank.
 """
 
 from __future__ import annotations
@@ -345,6 +346,17 @@ def precompile_source(
     if is_speech(path):
         return precompile(path, for_speech(recipe), store, bank=True, **options), None
     report = precompile(path, recipe, store, **options)
-    if is_still(path):
+    if is_still(path) or not has_audio(path):  # a loop with no sound has nothing to say
         return report, None
     return report, precompile(path, recipe, store, bank=True, **options)
+
+
+def has_audio(path: Path) -> bool:
+    """Whether a video has an audio track (only its header is read)."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            return bool(container.streams.audio)
+    except (av.error.FFmpegError, OSError):
+        return False
