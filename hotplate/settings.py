@@ -58,8 +58,15 @@ SETTINGS: dict[str, tuple[type, Any, str]] = {
         "key signing the tier's manifests (HMAC-SHA256), or @FILE holding it; pulls then "
         "refuse manifests it did not sign (empty: none)",
     ),
+    "signing_key_file": (
+        str,
+        lambda: "",
+        "file holding the secret that signs the server's URLs (GET /v1/sign); servers with "
+        "the same file accept each other's (empty: a random key per server, shared by the "
+        "replicas of one `serve --ray`)",
+    ),
 }
-RECIPE_FIELDS = {f.name for f in fields(Recipe)} - {"models_dir"}
+RECIPE_FIELDS = {f.name for f in fields(Recipe) if f.compare}  # not models_dir, explicit
 
 
 @dataclass
@@ -74,8 +81,11 @@ class Settings:
     map_size: int
     remote: str = ""
     remote_key: str = ""
+    signing_key_file: str = ""
     recipe: Recipe = field(default_factory=Recipe)
     config_file: Path | None = None
+    # the settings a flag, a variable or the file gave (recipe fields: `recipe.explicit`)
+    explicit: frozenset[str] = frozenset()
 
 
 class SettingsError(ValueError):
@@ -113,6 +123,7 @@ def load_settings(config: Path | None = None, **flags: Any) -> Settings:
         )
 
     values: dict[str, Any] = {}
+    explicit: set[str] = set()
     for name, (kind, default, _) in SETTINGS.items():
         env = f"HOTPLATE_{name.upper()}"
         if flags.get(name) is not None:
@@ -123,6 +134,8 @@ def load_settings(config: Path | None = None, **flags: Any) -> Settings:
             values[name] = _convert(name, kind, file_values[name], str(config))
         else:
             values[name] = default()
+            continue
+        explicit.add(name)
 
     recipe_types = {f.name: f.type for f in fields(Recipe)}
     for name in RECIPE_FIELDS:
@@ -139,10 +152,11 @@ def load_settings(config: Path | None = None, **flags: Any) -> Settings:
         k: _convert(k, kinds[str(recipe_types[k])], v, f"recipe.{k}")
         for k, v in recipe_values.items()
     }
-    recipe = Recipe(models_dir=values["models"]).replace(**typed)
+    # a field set here stays as set, even to its default value (Recipe.explicit)
+    recipe = Recipe(models_dir=values["models"], explicit=frozenset(typed)).replace(**typed)
     # renderer = "musetalk" implies upstream's recipe everywhere (watcher, ls, gc, render)
     try:
         recipe = effective_recipe(recipe, backend=values["renderer"])
     except ValueError as exc:
         raise SettingsError(f"recipe: {exc}") from exc
-    return Settings(**values, recipe=recipe, config_file=config)
+    return Settings(**values, recipe=recipe, config_file=config, explicit=frozenset(explicit))

@@ -259,9 +259,11 @@ def pull_on_miss(
     stages: Mapping[str, str],
     say: Callable[[str], None] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    wait: float | None = None,
 ) -> PullReport | None:
     """The precompile miss hook: pull `avatar` (its `stages` planned by the caller) when a
-    remote is set and has it.
+    remote is set and has it; in a Ray cluster, wait at most `wait` seconds (the caller's
+    flight_wait) for another node's build of it.
 
     Never raises for the remote's sake: a damaged or unsigned object, an unreachable or
     slow remote, an error of the cluster's single flight (Ray), is one line to `say` and
@@ -285,7 +287,7 @@ def pull_on_miss(
 
     try:
         # in a Ray cluster, one node builds and the others wait, then pull (ray_flight.py)
-        report = _cluster_pull(store, avatar, pull, say)
+        report = _cluster_pull(store, avatar, pull, say, wait)
     except RemoteDamagedError as exc:
         store.count("remote_damaged")
         if exc.path is not None:
@@ -311,7 +313,13 @@ def pull_on_miss(
     return report
 
 
-def _cluster_pull(store: Store, avatar: str, pull: Callable[[], Any], say: Callable[[str], None]):
+def _cluster_pull(
+    store: Store,
+    avatar: str,
+    pull: Callable[[], Any],
+    say: Callable[[str], None],
+    wait: float | None = None,
+):
     from cachestore.remote import ray_flight
 
     if not os.environ.get(ray_flight.ADDRESS_ENV):
@@ -323,4 +331,6 @@ def _cluster_pull(store: Store, avatar: str, pull: Callable[[], Any], say: Calla
         return pull()
     if claim is None:
         return pull()
-    return ray_flight.before_pull(store, avatar, pull, say, ray_flight.WAIT)
+    return ray_flight.before_pull(
+        store, avatar, pull, say, ray_flight.WAIT if wait is None else wait
+    )

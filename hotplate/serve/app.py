@@ -46,6 +46,7 @@ class Service:
             "map_size": s.map_size,
             "models": s.models,
             "loop": s.loop,
+            "flight_wait": s.flight_wait,  # for another process building the same avatar
         }
         self.queue = JobQueue(self.records, worker_settings, config.workers, config.queue_size)
 
@@ -69,7 +70,8 @@ class Service:
             found = resolve(self.config.settings.personas, persona, attire, motion)
         except PersonaError as exc:
             raise Problem(404, str(exc)) from None
-        return Job(new_id(), kind, found.persona, found.attire, motion, backend, time.time())
+        job_id = new_id(self.config.replica)
+        return Job(job_id, kind, found.persona, found.attire, motion, backend, time.time())
 
 
 def create_app(config: ServeConfig) -> FastAPI:
@@ -134,4 +136,5 @@ def policy_of(config: ServeConfig) -> Policy:
         allowed_hosts=config.allowed_hosts,
         allowed_origins=config.allow_origins,
         public_metrics=config.public_metrics,
+        key=config.signing_key.encode() if config.signing_key else None,
     )

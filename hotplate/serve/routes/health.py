@@ -19,14 +19,10 @@ def healthz(config: Config) -> dict:
 
 @router.get("/readyz")
 def readyz(svc: Svc) -> JSONResponse:
-    """Ready when every render worker has started and the store opens."""
+    """Ready when every render worker has started and the store opens. Open to anyone
+    (a probe sends no token), so it says how many, never which processes."""
     ready = svc.queue.ready and all(w.process.is_alive() for w in svc.queue.workers)
-    body = {
-        "ready": ready,
-        "workers": len(svc.queue.workers),
-        "worker_pids": [w.process.pid for w in svc.queue.workers],
-        "queued": svc.queue.queue.qsize(),
-    }
+    body = {"ready": ready, "workers": len(svc.queue.workers), "queued": svc.queue.queue.qsize()}
     return JSONResponse(body, status_code=200 if ready else 503)
 
 
