@@ -157,8 +157,10 @@ def _build_in_flight(
         if not force and _hit(store, keys, report):
             return report
         lease.extend(keys.stages.values())  # gc keeps what this build writes
+        # a bank's record names its bank stage alone: that is what a pull may write
+        named = {"bank": keys.stages["bank"]} if bank else keys.stages
         if not force and (
-            got := pull_on_miss(store, keys.avatar, keys.stages, tell, progress, flight_wait)
+            got := pull_on_miss(store, keys.avatar, named, tell, progress, flight_wait)
         ):
             if _hit(store, keys, report):  # another node built it: pulled, verified, hot
                 report.pulled = got.seconds
