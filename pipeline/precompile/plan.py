@@ -2,6 +2,10 @@
 
 Stage key = H(stage name, stage version, the recipe fields it reads, model identity,
 upstream stage key). A stage's version is bumped when its code changes its output.
+
+A source has two plans: its avatar (decode .. masks, latents: what a render of it reads)
+and, for a video, its mouth bank (decode, track, landmarks, bank: `plan(..., bank=True)`),
+whose own key names a record of its own. The two share their first three stages.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cachestore.keys import avatar_key, stage_key
+from pipeline.mouth.bank import VERSION as BANK_VERSION
 from pipeline.nets.backends import backend_identity
 from pipeline.nets.cpu_speed import key_precision
 from pipeline.precompile.recipe import Recipe
@@ -26,7 +31,9 @@ STAGES: dict[str, tuple[int, tuple[str, ...], str, str]] = {
     "crops": (1, ("bbox_shift", "crop_size"), "landmarks", ""),
     "masks": (2, ("mask_feather",), "crops", "mask"),  # 2: hull has lips and jaw room
     "latents": (1, (), "crops", "vae"),
+    "bank": (BANK_VERSION, (), "landmarks", ""),  # the mouth bank of a talking clip
 }
+BANK_STAGES = ("decode", "track", "landmarks", "bank")
 # the facemesh landmarks' own version (two-pass crop, the IBUG68 table, the mesh array);
 # bumped when either changes what they store. The other backends keep version 1's keys.
 MESH_VERSION = 1
@@ -42,12 +49,14 @@ class Plan:
     avatar: str
 
 
-def stage_names(recipe: Recipe) -> list[str]:
-    return [s for s in STAGES if s != "latents" or recipe.vae]
+def stage_names(recipe: Recipe, bank: bool = False) -> list[str]:
+    if bank:
+        return list(BANK_STAGES)
+    return [s for s in STAGES if s != "bank" and (s != "latents" or recipe.vae)]
 
 
-def plan(source_digest: str, recipe: Recipe) -> Plan:
-    """Every stage key for one source under one recipe.
+def plan(source_digest: str, recipe: Recipe, bank: bool = False) -> Plan:
+    """Every stage key for one source under one recipe (`bank`: of its mouth bank).
 
     The decode stage's key also carries the frame codec, which changes what it stores.
     Raises ModelMissingError when a configured backend's weights are absent, since its
@@ -56,7 +65,7 @@ def plan(source_digest: str, recipe: Recipe) -> Plan:
     from pipeline.media import FRAME_CODEC  # light: media imports cv2/av inside functions
 
     keys: dict[str, str] = {}
-    for name in stage_names(recipe):
+    for name in stage_names(recipe, bank):
         version, fields, upstream, kind = STAGES[name]
         params = {f: getattr(recipe, f) for f in fields}
         if name == "decode":
