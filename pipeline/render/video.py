@@ -1,9 +1,11 @@
 """Render a lip-synced MP4 from hot avatar assets and an audio file.
 
 `render_video` reads as numbered steps. Step 4 overlaps three kinds of work on
-three threads joined by small bounded queues: fetching stored frames, rendering,
-and encoding (OpenCV, NumPy, torch and PyAV release the GIL, so this uses more
-than one core). The queues bound memory: it does not grow with the audio length.
+three threads joined by small bounded queues: decoding stored frames to their I420
+planes, making and blending the mouth (render/compose.py), and encoding (FFmpeg's
+decoder, x264, OpenCV and NumPy release the GIL, so this uses both cores). Frames stay
+in I420 from the store to the encoder; only the mouth's rectangle passes through RGB.
+The queues bound memory: it does not grow with the audio length.
 """
 
 from __future__ import annotations
@@ -248,13 +250,15 @@ def _run_pipeline(
 ) -> float | None:
     """Run the three stages; returns when the first frame reached the encoder.
 
-    Fetch decodes each stored frame once per reuse (pipeline.frames.ScheduledFrames,
-    `cache_bytes` of decoded frames kept); a renderer with `render_owned` draws into the
-    frames nobody else holds instead of copying them."""
+    Fetch decodes each stored frame to its I420 planes once per reuse
+    (pipeline.frames.ScheduledFrames, `cache_bytes` of decoded frames kept); this thread
+    makes the mouths and blends them into copies of those planes (render/compose.py);
+    the encode thread hands them to x264. FFmpeg's decoder and x264 release the GIL."""
     from pipeline.frames import CACHE_BYTES
+    from pipeline.render.compose import compose
 
     cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
-    render_owned = getattr(renderer, "render_owned", None)
+    width, height = writer.frame_size
     batch = max(1, int(renderer.batch_size))
     fetched: queue.Queue = queue.Queue(maxsize=batch + 2)
     rendered: queue.Queue = queue.Queue(maxsize=batch + 2)
@@ -275,15 +279,15 @@ def _run_pipeline(
         return run
 
     def fetch() -> None:
-        from pipeline.frames import ScheduledFrames
+        from pipeline.frames import ScheduledFrames, yuv_loader
 
-        for item in ScheduledFrames(assets.load_frame, idxs, cache_bytes):
+        for item in ScheduledFrames(yuv_loader(assets.load_frame), idxs, cache_bytes):
             _put(fetched, item, stop)
         _put(fetched, _DONE, stop)
 
     def encode() -> None:
         while (frame := _get(rendered, stop)) is not _DONE:
-            writer.write(frame)
+            writer.write_frame(frame)
             if not first:
                 first.append(time.perf_counter())
 
@@ -305,12 +309,8 @@ def _run_pipeline(
                     break
                 items.append(item)
             if items:
-                ts, ii, frames, owned = (list(v) for v in zip(*items, strict=True))
-                if render_owned is not None:
-                    outs = render_owned(ts, ii, frames, owned)
-                else:
-                    outs = renderer.render_batch(ts, ii, frames)
-                for out in outs:
+                ts, ii, frames, _ = (list(v) for v in zip(*items, strict=True))
+                for out in compose(renderer, ts, ii, frames, width, height):
                     _put(rendered, out, stop)
                 done += len(items)
                 if progress is not None:

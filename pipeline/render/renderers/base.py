@@ -8,6 +8,12 @@ A renderer redraws the mouth region of stored frames for the audio. `render_vide
 3. `render_batch(ts, idxs, frames)` for consecutive batches of output frames.
 
 Renderers never modify the frames they are given; `blend` returns a new frame.
+
+A renderer that redraws only the mouth also offers the hot path's interface
+(`MouthRenderer`): it says which rectangle of a stored frame it reads, gets that
+rectangle alone as RGB, and hands back the mouth (`pipeline.yuv.Mouth`: its box, RGB and
+alpha); `render/compose.py` blends it into the stored I420 frame, so no whole frame is
+converted to RGB and back. Renderers without it get whole RGB frames, as above.
 """
 
 from __future__ import annotations
@@ -36,6 +42,19 @@ class Renderer(Protocol):
         self, ts: Sequence[int], idxs: Sequence[int], frames: Sequence[np.ndarray]
     ) -> list[np.ndarray]:
         """Output frames ts (showing stored frames idxs, given as `frames`) -> full frames."""
+
+
+@runtime_checkable
+class MouthRenderer(Protocol):
+    def mouth_source(self, t: int, idx: int) -> tuple[int, int, int, int] | None:
+        """The box [x1, y1, x2, y2] of stored frame idx that output frame t's mouth is made
+        from (inside the frame), or None when frame t shows the stored frame unchanged."""
+
+    def render_mouths(
+        self, ts: Sequence[int], idxs: Sequence[int], patches: Sequence[np.ndarray]
+    ) -> list:
+        """The mouths (`pipeline.yuv.Mouth`, or None: unchanged) of output frames ts, from
+        `patches`: RGB uint8 of each frame's `mouth_source` box."""
 
 
 def fit_mask(mask: np.ndarray, box: Sequence[int]) -> np.ndarray:

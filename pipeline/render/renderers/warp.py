@@ -40,6 +40,7 @@ from pipeline.render.audio import loudness_envelope, mouth_spread
 from pipeline.render.renderers.base import blend, fit_mask
 from pipeline.render.silence import DEFAULT as DEFAULT_SILENCE
 from pipeline.render.silence import SilenceParams, speech_weight
+from pipeline.yuv import Mouth
 
 # Landmark moves at openness 1, as fractions of the lower-face height (nose 33 to
 # chin 8), along the face's down axis (positive is down). Jaw and lip taper to the sides.
@@ -107,6 +108,7 @@ class _Plan:
     origin: np.ndarray  # (2,) face axes' origin (between the mouth corners)
     axes: np.ndarray  # (2, 2) rows: across, down (unit vectors)
     scale: float  # lower-face height, px
+    alpha: np.ndarray  # (h, w) uint8: the stored mask over box
 
     def moved_inner(self, o: float, r: float) -> np.ndarray:
         """Inner lip points 60-67 at openness o and shape r, frame coords."""
@@ -170,20 +172,34 @@ class WarpRenderer:
         ]
 
     def render(self, t: int, idx: int, frame: np.ndarray, inplace: bool = False) -> np.ndarray:
+        src = self.mouth_source(t, idx)
+        if src is None:
+            return frame if inplace else frame.copy()
+        x1, y1, x2, y2 = src
+        m = self.render_mouth(t, idx, frame[y1:y2, x1:x2])
+        return blend(frame, m.rgb, m.box, m.alpha, m.box, out=frame if inplace else None)
+
+    # the hot path's interface (renderers/base.py: MouthRenderer): only the mouth travels
+    def mouth_source(self, t: int, idx: int) -> tuple[int, int, int, int] | None:
+        """The part of stored frame idx that output frame t's mouth is made from, or None
+        when frame t shows the stored frame as it is (closed mouth, nothing to move)."""
         if self._assets is None:
             raise RuntimeError("WarpRenderer.render() before prepare()")
         o = float(self._open[t]) if t < self._open.size else 0.0
+        plan = self._plan(int(idx))
+        return None if plan is None or o <= 1e-3 else plan.src
+
+    def render_mouths(
+        self, ts: Sequence[int], idxs: Sequence[int], patches: Sequence[np.ndarray]
+    ) -> list[Mouth]:
+        return [self.render_mouth(t, i, p) for t, i, p in zip(ts, idxs, patches, strict=True)]
+
+    def render_mouth(self, t: int, idx: int, patch: np.ndarray) -> Mouth:
+        """The moved mouth of output frame t, from `patch` (RGB of `mouth_source(t, idx)`)."""
+        o = float(self._open[t]) if t < self._open.size else 0.0
         r = float(self._shape[t]) if t < self._shape.size else 0.0
         plan = self._plan(int(idx))
-        if plan is None or o <= 1e-3:
-            return frame if inplace else frame.copy()
-        region = self._warp(frame, plan, o, r)
-        a = self._assets
-        mbox = a.mask_boxes[idx]
-        mask = fit_mask(a.masks[idx], mbox)
-        x1, y1, x2, y2 = plan.box
-        mask = mask[y1 - mbox[1] : y2 - mbox[1], x1 - mbox[0] : x2 - mbox[0]]
-        return blend(frame, region, plan.box, mask, plan.box, out=frame if inplace else None)
+        return Mouth(plan.box, self._warp(patch, plan, o, r), plan.alpha)
 
     # 2-3. the displacement fields of frame i (they scale linearly)
     def _plan(self, idx: int) -> _Plan | None:
@@ -192,7 +208,7 @@ class WarpRenderer:
         return self._plans[idx]
 
     # 3-4. remap the work region; teeth move with the lips, the new gap is dark
-    def _warp(self, frame: np.ndarray, plan: _Plan, o: float, r: float) -> np.ndarray:
+    def _warp(self, src: np.ndarray, plan: _Plan, o: float, r: float) -> np.ndarray:
         import cv2
 
         x1, y1, x2, y2 = plan.box
@@ -203,7 +219,6 @@ class WarpRenderer:
         map_x = field[..., 0] * -o + np.arange(x1 - sx1, x2 - sx1, dtype=np.float32)[None, :]
         map_y = field[..., 1] * -o + np.arange(y1 - sy1, y2 - sy1, dtype=np.float32)[:, None]
         gap = _mouth_interior(plan, o, r, map_x, map_y, (x1, y1), (sx1, sy1))
-        src = frame[sy1:sy2, sx1:sx2]
         out = cv2.remap(src, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         if gap is not None:
             (gx1, gy1, gx2, gy2), alpha, colour = gap
@@ -308,6 +323,9 @@ def _make_plan(assets: AvatarAssets, idx: int) -> _Plan | None:
         origin=origin,
         axes=axes,
         scale=scale,
+        alpha=np.ascontiguousarray(
+            mask[y1 - mbox[1] : y2 - mbox[1], x1 - mbox[0] : x2 - mbox[0]], np.uint8
+        ),
     )
 
 
