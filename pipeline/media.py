@@ -263,10 +263,11 @@ def _encode_params(codec: str) -> tuple[str, list[int]]:
     }[codec]
 
 
-def encode_frame(rgb: np.ndarray, codec: str = FRAME_CODEC) -> bytes:
-    """Encode an RGB uint8 frame for the store."""
+def encode_frame(rgb: np.ndarray, codec: str | None = None) -> bytes:
+    """Encode an RGB uint8 frame for the store (`codec`: FRAME_CODEC unless given)."""
     import cv2
 
+    codec = codec or FRAME_CODEC
     if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
         raise ValueError(f"encode_frame: expected (H, W, 3) uint8 RGB, got {rgb.shape} {rgb.dtype}")
     if codec == "i420-jpeg-q95":
@@ -319,8 +320,12 @@ def _decode_i420(buf: np.ndarray, lowres: int = 0):
         frames = _jpeg_decoder(lowres).decode(av.Packet(buf.tobytes()))
     except av.FFmpegError as err:
         raise ValueError(f"decode_frame: {buf.size} bytes are not a stored frame ({err})") from err
-    if len(frames) != 1 or frames[0].format.name != "yuv420p":
+    if len(frames) != 1 or frames[0].format.name not in ("yuv420p", "yuv444p", "yuv440p"):
         raise ValueError(f"decode_frame: {buf.size} bytes did not decode to one I420 frame")
+    if frames[0].format.name != "yuv420p":  # FFmpeg's choice for a frame 1 px wide or high
+        from pipeline.yuv import frame_from_planes, planes
+
+        return frame_from_planes(*planes(frames[0]))
     return frames[0]
 
 

@@ -36,7 +36,11 @@ def planes(frame: av.VideoFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     out = []
     for p in frame.planes:
         flat = np.frombuffer(p, np.uint8)
-        out.append(flat.reshape(-1, p.line_size)[: p.height, : p.width])
+        if flat.size >= p.line_size * p.height:
+            out.append(flat.reshape(-1, p.line_size)[: p.height, : p.width])
+        else:  # a tiny plane whose last row is not padded
+            view = np.lib.stride_tricks.as_strided(flat, (p.height, p.width), (p.line_size, 1))
+            out.append(view)
     return out[0], out[1], out[2]
 
 
@@ -44,7 +48,9 @@ def nbytes(frame: av.VideoFrame) -> int:
     return sum(p.buffer_size for p in frame.planes)
 
 
-def _frame_from_planes(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> av.VideoFrame:
+def frame_from_planes(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> av.VideoFrame:
+    """A new I420 frame of y's size; u and v are cropped to its chroma size (so larger
+    chroma planes, as FFmpeg gives a JPEG one pixel wide, are taken from their corner)."""
     import av
 
     h, w = y.shape
@@ -81,7 +87,7 @@ def i420_of_rgb(rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def frame_from_rgb(rgb: np.ndarray) -> av.VideoFrame:
     """An RGB uint8 (h, w, 3) image as an I420 frame of the same size."""
-    return _frame_from_planes(*i420_of_rgb(rgb))
+    return frame_from_planes(*i420_of_rgb(rgb))
 
 
 def copy_frame(frame: av.VideoFrame, width: int | None = None, height: int | None = None):
@@ -89,23 +95,23 @@ def copy_frame(frame: av.VideoFrame, width: int | None = None, height: int | Non
     to write into: stored frames are shared (a cache may show them again)."""
     y, u, v = planes(frame)
     h, w = height or y.shape[0], width or y.shape[1]
-    return _frame_from_planes(y[:h, :w], u[: (h + 1) // 2, : (w + 1) // 2], v)
+    return frame_from_planes(y[:h, :w], u[: (h + 1) // 2, : (w + 1) // 2], v)
 
 
 def _i420_rect(frame: av.VideoFrame, box: Sequence[int]) -> tuple[np.ndarray, tuple[int, ...]]:
     """cv2's packed I420 of the even-aligned rectangle around `box` (clipped to the
-    frame), and that rectangle."""
+    frame; an odd frame's last row or column is repeated to fill it), and that rectangle."""
     y, u, v = planes(frame)
     h, w = y.shape
     x1, y1 = max(int(box[0]), 0) & ~1, max(int(box[1]), 0) & ~1
-    x2, y2 = min(int(box[2]) + 1, w) & ~1, min(int(box[3]) + 1, h) & ~1
-    if x2 <= x1 or y2 <= y1:  # an edge pixel of an odd-sized frame: take the pair before it
-        x1, y1 = min(x1, max(w - 2, 0) & ~1), min(y1, max(h - 2, 0) & ~1)
-        x2, y2 = x1 + 2, y1 + 2
+    x2, y2 = min(int(box[2]) + 1, w + w % 2) & ~1, min(int(box[3]) + 1, h + h % 2) & ~1
+    luma = y[y1:y2, x1:x2]
+    if luma.shape != (y2 - y1, x2 - x1):
+        luma = np.pad(luma, ((0, y2 - y1 - luma.shape[0]), (0, x2 - x1 - luma.shape[1])), "edge")
     ch, cw = (y2 - y1) // 2, (x2 - x1) // 2
     cu = u[y1 // 2 : y1 // 2 + ch, x1 // 2 : x1 // 2 + cw]
     cv = v[y1 // 2 : y1 // 2 + ch, x1 // 2 : x1 // 2 + cw]
-    packed = np.concatenate([y[y1:y2, x1:x2].reshape(-1), cu.reshape(-1), cv.reshape(-1)])
+    packed = np.concatenate([luma.reshape(-1), cu.reshape(-1), cv.reshape(-1)])
     return packed.reshape(-1, x2 - x1), (x1, y1, x2, y2)
 
 
@@ -119,12 +125,8 @@ def rgb_rect(frame: av.VideoFrame, box: Sequence[int]) -> np.ndarray:
     import cv2
 
     x1, y1, x2, y2 = (int(v) for v in box)
-    packed, (ax1, ay1, ax2, ay2) = _i420_rect(frame, box)
+    packed, (ax1, ay1, _, _) = _i420_rect(frame, box)
     rgb = cv2.cvtColor(packed, cv2.COLOR_YUV2RGB_I420)
-    if rgb.shape[0] < y2 - ay1 or rgb.shape[1] < x2 - ax1:  # odd frame: repeat the last edge
-        rgb = cv2.copyMakeBorder(
-            rgb, 0, y2 - ay1 - rgb.shape[0], 0, x2 - ax1 - rgb.shape[1], cv2.BORDER_REPLICATE
-        )
     return np.ascontiguousarray(rgb[y1 - ay1 : y2 - ay1, x1 - ax1 : x2 - ax1])
 
 
