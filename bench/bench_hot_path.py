@@ -249,8 +249,12 @@ def stages(bench: Bench, store, old_key: str, new_key: str, n: int, inputs: dict
     old_frames = [frame_from_rgb(f) for f in drawn]
     whole = {"preset": DEFAULT_PRESET, "crf": str(DEFAULT_CRF)}
     stream = {"preset": STREAM_PRESET, "tune": STREAM_TUNE, "crf": str(STREAM_CRF)}
-    ms["x264 whole file"], rate, _ = encode_cpu(old_frames, whole)
-    ms["x264 stream"], _, _ = encode_cpu(old_frames, stream)
+    ms[f"x264 whole file ({DEFAULT_PRESET}, CRF {DEFAULT_CRF})"], rate, _ = encode_cpu(
+        old_frames, whole
+    )
+    ms[f"x264 stream ({STREAM_PRESET} {STREAM_TUNE}, CRF {STREAM_CRF})"], _, _ = encode_cpu(
+        old_frames, stream
+    )
     for name, value in ms.items():
         bench.figure(f"stage: {name}", value, "CPU ms/frame", better="lower", inputs=inputs)
     old_total = ms["decode old (JPEG 4:4:4 -> RGB)"] + ms["mouth+blend old (warp on the RGB frame)"]

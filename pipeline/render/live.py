@@ -156,7 +156,8 @@ def live_render(
         t1 = time.perf_counter()
         batch = max(1, int(renderer.batch_size))
         while done < stop:
-            items = [pipe.frame() for _ in range(done, min(stop, done + batch))]
+            size = batch if done else 1  # the first frame alone, as render_video does
+            items = [pipe.frame() for _ in range(done, min(stop, done + size))]
             ts = [t - w0 for t, _, _, _ in items]
             idxs = [i for _, i, _, _ in items]
             frames = [f for _, _, f, _ in items]

@@ -302,7 +302,9 @@ def _run_pipeline(
         ended = False
         while not ended:
             items = []
-            while len(items) < batch:
+            # the first frame alone: it reaches the encoder (and the first fragment the
+            # client) without waiting for the rest of a batch to be made
+            while len(items) < (batch if done else 1):
                 item = _get(fetched, stop)
                 if item is _DONE:
                     ended = True
