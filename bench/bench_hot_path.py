@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -41,9 +42,9 @@ from pathlib import Path
 import numpy as np
 from harness import ROOT, Bench, run_bench
 
-from cachestore.store import open_store  # noqa: E402
+from cachestore.store import forget_store, open_store
 from hotplate.demo_data import iter_loop_frames, make_speech_audio, write_loop_video, write_wav
-from pipeline.hot import load_assets  # noqa: E402
+from pipeline.hot import load_assets
 
 BASELINE_REF = "a9ed232"  # main before issue 25
 
@@ -61,12 +62,20 @@ from pipeline.render.video import render_video
 def cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+def reset_peak():  # Linux: clear VmHWM, so each render's own peak is read
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+def peak_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
 store = open_store(Path(job["cache"]))
 t0 = time.perf_counter()
 rep = precompile(Path(job["video"]), Recipe(max_frames=job["frames"]), store)
 out = {"avatar": rep.avatar, "precompile_s": time.perf_counter() - t0}
 assets = load_assets(store, rep.avatar)
 for mode in ("stream", "whole", "live"):
+    reset_peak()
     c0, w0 = cpu(), time.perf_counter()
     first = []
     if mode == "live":
@@ -83,7 +92,7 @@ for mode in ("stream", "whole", "live"):
     wall, c = time.perf_counter() - w0, cpu() - c0
     out[mode] = {"frames": frames, "wall": wall, "cpu": c,
                  "first": (first[0] - w0) if first else None,
-                 "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+                 "maxrss_mb": peak_mb()}
 print("RESULT " + json.dumps(out))
 """
 
@@ -117,6 +126,64 @@ def run_side(tree: Path, job: dict) -> dict:
         if line.startswith("RESULT "):
             return json.loads(line[7:])
     raise RuntimeError(f"render in {tree} failed:\n{proc.stderr[-3000:]}")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def first_fragments(tree: Path, root: Path, cache: Path, wav: Path, requests: int) -> list[float]:
+    """`hotplate serve` from `tree` on loopback (1 worker): seconds from each POST
+    /v1/lip-sync/stream to its first moof, the first request right after /readyz."""
+    import httpx
+
+    port = free_port()
+    data = root / f"serve-data-{port}"
+    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(root / "personas")]
+    cmd += ["--cache", str(cache), "serve", "--port", str(port), "--workers", "1"]
+    cmd += ["--data", str(data), "--max-audio-seconds", "600"]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    log = open(root / f"serve-{port}.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server from {tree} did not start: see {log.name}")
+            try:
+                if httpx.get(url + "/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        out = []
+        with httpx.Client(base_url=url, timeout=600) as client:
+            for _ in range(requests):
+                with open(wav, "rb") as f:
+                    start, first, buf = time.perf_counter(), None, b""
+                    with client.stream(
+                        "POST",
+                        "/v1/lip-sync/stream",
+                        data={"persona": "astro", "attire": "studio"},
+                        files={"audio": ("speech.wav", f, "audio/wav")},
+                    ) as r:
+                        r.raise_for_status()
+                        for chunk in r.iter_raw():
+                            buf += chunk
+                            if first is None and b"moof" in buf:
+                                first = time.perf_counter() - start
+                                buf = b""
+                out.append(first)
+        return out
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        log.close()
 
 
 def cpu_thread() -> float:
@@ -492,7 +559,7 @@ def main(bench: Bench) -> None:
                             inputs=inputs,
                         )
                     bench.figure(
-                        f"{mode}: peak RSS of the rendering process",
+                        f"{mode}: peak RSS of the process during the render",
                         nw["maxrss_mb"],
                         "MB",
                         baseline="the old path",
@@ -521,6 +588,24 @@ def main(bench: Bench) -> None:
                     inputs=inputs,
                     note=f"inside the blend square: mean {mouth:.1f} dB",
                 )
+                if size_text == sizes[0] and n == loops[-1]:
+                    personas = tmp / "personas" / "astro"
+                    shutil.rmtree(tmp / "personas", ignore_errors=True)
+                    personas.mkdir(parents=True)
+                    os.link(video, personas / "studio.mp4")
+                    k = 2 if bench.quick else 3
+                    old_ff = first_fragments(old_tree, tmp, cache, wav, k)
+                    new_ff = first_fragments(ROOT, tmp, cache, wav, k)
+                    for j in range(k):
+                        bench.figure(
+                            f"first fragment over loopback HTTP, request {j + 1} after start",
+                            new_ff[j],
+                            "s",
+                            baseline="the old server",
+                            baseline_value=old_ff[j],
+                            better="lower",
+                            inputs=inputs,
+                        )
                 if n == loops[0]:
                     frames_n = 8 if bench.quick else 48
                     old_frames, composed, rate = stages(
@@ -528,7 +613,7 @@ def main(bench: Bench) -> None:
                     )
                     formats(bench, (w, h), 8 if bench.quick else 24, inputs)
                     encoders(bench, composed, rate, inputs)
-                store.close()
+                forget_store(cache)
     print(f"load average at the end: {os.getloadavg()}")
 
 

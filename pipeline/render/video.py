@@ -78,6 +78,22 @@ class RenderReport:
         return self.audio_seconds / self.wall_seconds if self.wall_seconds > 0 else float("inf")
 
 
+def warm_up() -> None:
+    """Pay once what a process's first render would: importing the render modules, cv2
+    and PyAV's codecs, loading libx264 and FFmpeg's JPEG decoder (a render worker calls
+    this before it says it is ready, so the first request's first fragment comes as soon
+    as the second's)."""
+    import numpy as np
+
+    from pipeline.media import decode_yuv, encode_frame
+    from pipeline.render import compose, fmp4, live  # noqa: F401 - imported for their cost
+    from pipeline.render.renderers import warp  # noqa: F401
+
+    frame = decode_yuv(encode_frame(np.full((64, 64, 3), 128, np.uint8)))
+    with fmp4.FragmentWriter(lambda kind, data: None, 64, 64, 25.0) as writer:
+        writer.write_frame(frame)
+
+
 def check_inputs(
     assets: AvatarAssets,
     audio_path: Path,
