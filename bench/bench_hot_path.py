@@ -264,7 +264,7 @@ def stages(bench: Bench, store, old_key: str, new_key: str, n: int, inputs: dict
     from pipeline.render.fmp4 import STREAM_CRF, STREAM_PRESET, STREAM_TUNE
     from pipeline.render.renderers.warp import WarpRenderer
     from pipeline.render.schedule import schedule
-    from pipeline.yuv import blend_mouth, copy_frame, rgb_rect
+    from pipeline.yuv import copy_frame, paste_patch, sparse_rgb
 
     old, new = load_assets(store, old_key), load_assets(store, new_key)
     audio = make_speech_audio(n / 25 + 1, 48000)
@@ -291,14 +291,18 @@ def stages(bench: Bench, store, old_key: str, new_key: str, n: int, inputs: dict
     )
     boxes = [r_new.mouth_source(k, int(idxs[k])) for k in range(n)]
     moving = [k for k in range(n) if boxes[k] is not None]
-    ms["mouth rect -> RGB new"], patches = timed(lambda k: rgb_rect(yuv[k], boxes[k]), moving)
+    ms["mouth rect -> RGB new"], unders = timed(lambda k: sparse_rgb(yuv[k], boxes[k])[0], moving)
     c0 = cpu_thread()
-    mouths = [r_new.render_mouth(k, int(idxs[k]), p) for k, p in zip(moving, patches, strict=True)]
-    ms["mouth new (warp of the rectangle)"] = (cpu_thread() - c0) / max(len(moving), 1) * 1e3
+    patches = [
+        r_new.render_patches([k], [int(idxs[k])], [u])[0]
+        for k, u in zip(moving, unders, strict=True)
+    ]
+    ms["mouth new (warp's patch)"] = (cpu_thread() - c0) / max(len(moving), 1) * 1e3
     c0 = cpu_thread()
-    for k, m in zip(moving, mouths, strict=True):
-        blend_mouth(copy_frame(yuv[k]), m)
-    ms["copy + blend in I420 new"] = (cpu_thread() - c0) / max(len(moving), 1) * 1e3
+    for k, m, u in zip(moving, patches, unders, strict=True):
+        if m is not None:
+            paste_patch(copy_frame(yuv[k]), m.box, m.pixels, u)
+    ms["copy + patch into I420 new"] = (cpu_thread() - c0) / max(len(moving), 1) * 1e3
     c0 = cpu_thread()
     composed = []
     for k in range(0, n, 4):

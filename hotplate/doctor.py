@@ -30,7 +30,7 @@ PACKAGES = (
 )
 DEFAULTS = {
     "detector": "retinaface",
-    "landmarks": "retinaface",
+    "landmarks": "facemesh",
     "mask": "landmarks",
     "renderer": "warp",
 }

@@ -11,24 +11,12 @@ to even when it copies (`copy_frame`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
     import av
-
-
-@dataclass(frozen=True)
-class Mouth:
-    """What a renderer redrew in one frame: `rgb` over `box` (frame pixels, x2/y2
-    exclusive), blended in through `alpha` (uint8 0..255, same size: 0 keeps the stored
-    pixel bit for bit, 255 takes the mouth's)."""
-
-    box: tuple[int, int, int, int]
-    rgb: np.ndarray
-    alpha: np.ndarray
 
 
 def planes(frame: av.VideoFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -130,44 +118,52 @@ def rgb_rect(frame: av.VideoFrame, box: Sequence[int]) -> np.ndarray:
     return np.ascontiguousarray(rgb[y1 - ay1 : y2 - ay1, x1 - ax1 : x2 - ax1])
 
 
-def _mix(dst: np.ndarray, src: np.ndarray, a: np.ndarray) -> None:
-    """dst = dst + a (src - dst), a in 0..255, rounded as the RGB blend rounds it: a = 0
-    leaves dst exactly as it was."""
-    a = a.astype(np.uint16)
-    dst[...] = (
-        (dst.astype(np.uint16) * (255 - a) + src.astype(np.uint16) * a + 127) // 255
-    ).astype(np.uint8)
+def sparse_rgb(frame: av.VideoFrame, box: Sequence[int]) -> tuple[np.ndarray, tuple[int, ...]]:
+    """A whole-frame RGB array whose pixels are valid only inside the even-aligned
+    rectangle around `box` (which is returned): what a renderer that reads only `box` is
+    given, at the price of that rectangle's conversion (np.empty touches no memory)."""
+    import cv2
+
+    packed, (x1, y1, x2, y2) = _i420_rect(frame, box)
+    rgb = np.empty((frame.height, frame.width, 3), np.uint8)
+    rect = cv2.cvtColor(packed, cv2.COLOR_YUV2RGB_I420)
+    h, w = min(y2, frame.height) - y1, min(x2, frame.width) - x1
+    rgb[y1 : y1 + h, x1 : x1 + w] = rect[:h, :w]
+    return rgb, (x1, y1, x2, y2)
 
 
-def blend_mouth(frame: av.VideoFrame, mouth: Mouth) -> None:
-    """Blend `mouth` into `frame` (written in place) in I420: luma through its alpha,
-    chroma through the alpha averaged over each 2x2 block. Outside the alpha the planes
-    keep their bytes."""
+def paste_patch(
+    frame: av.VideoFrame, box: Sequence[int], pixels: np.ndarray, under: np.ndarray
+) -> None:
+    """Write RGB `pixels` (over `box`) into `frame`'s planes, in place. `under` is the
+    whole-frame RGB the pixels were drawn over (valid around `box`, as `sparse_rgb` makes
+    it): luma changes only where a pixel differs from it, chroma only in the 2x2 blocks
+    that hold one, so the rest of the planes keep their bytes."""
     import cv2
 
     y, u, v = planes(frame)
     h, w = y.shape
-    bx1, by1, bx2, by2 = (int(c) for c in mouth.box)
-    x1, y1, x2, y2 = max(bx1, 0), max(by1, 0), min(bx2, w), min(by2, h)
-    if x2 <= x1 or y2 <= y1:
+    bx1, by1, bx2, by2 = (int(c) for c in box)
+    ex1, ey1 = bx1 & ~1, by1 & ~1
+    ex2, ey2 = min(bx2 + (bx2 - ex1) % 2, w + w % 2), min(by2 + (by2 - ey1) % 2, h + h % 2)
+    # the even-aligned rectangle: the patch over what it was drawn on (edge-padded at an
+    # odd frame's last row or column)
+    rect = under[ey1:ey2, ex1:ex2]
+    if rect.shape[:2] != (ey2 - ey1, ex2 - ex1):
+        pad = ((0, ey2 - ey1 - rect.shape[0]), (0, ex2 - ex1 - rect.shape[1]), (0, 0))
+        rect = np.pad(rect, pad, "edge")
+    rect = rect.copy()
+    inner = rect[by1 - ey1 : by2 - ey1, bx1 - ex1 : bx2 - ex1]
+    changed = np.zeros(rect.shape[:2], bool)
+    changed[by1 - ey1 : by2 - ey1, bx1 - ex1 : bx2 - ex1] = np.any(inner != pixels, axis=2)
+    if not changed.any():
         return
-    # the even-aligned rectangle around the mouth; its padding has alpha 0
-    ex1, ey1 = x1 & ~1, y1 & ~1
-    ex2, ey2 = x2 + (x2 - ex1) % 2, y2 + (y2 - ey1) % 2
-    rgb = np.zeros((ey2 - ey1, ex2 - ex1, 3), np.uint8)
-    alpha = np.zeros((ey2 - ey1, ex2 - ex1), np.uint8)
-    rgb[y1 - ey1 : y2 - ey1, x1 - ex1 : x2 - ex1] = mouth.rgb[
-        y1 - by1 : y2 - by1, x1 - bx1 : x2 - bx1
-    ]
-    alpha[y1 - ey1 : y2 - ey1, x1 - ex1 : x2 - ex1] = mouth.alpha[
-        y1 - by1 : y2 - by1, x1 - bx1 : x2 - bx1
-    ]
-    my, mu, mv = _split_i420(cv2.cvtColor(rgb, cv2.COLOR_RGB2YUV_I420), ey2 - ey1, ex2 - ex1)
-    ry2, rx2 = min(ey2, h), min(ex2, w)  # an odd frame's last row/column has no partner
-    _mix(y[ey1:ry2, ex1:rx2], my[: ry2 - ey1, : rx2 - ex1], alpha[: ry2 - ey1, : rx2 - ex1])
-    a = alpha.astype(np.uint16)
-    ca = ((a[0::2, 0::2] + a[1::2, 0::2] + a[0::2, 1::2] + a[1::2, 1::2] + 2) // 4).astype(np.uint8)
+    inner[...] = pixels
+    my, mu, mv = _split_i420(cv2.cvtColor(rect, cv2.COLOR_RGB2YUV_I420), ey2 - ey1, ex2 - ex1)
+    ry2, rx2 = min(ey2, h), min(ex2, w)  # an odd frame's padding is not written back
+    luma = changed[: ry2 - ey1, : rx2 - ex1]
+    y[ey1:ry2, ex1:rx2][luma] = my[: ry2 - ey1, : rx2 - ex1][luma]
+    blocks = changed.reshape((ey2 - ey1) // 2, 2, (ex2 - ex1) // 2, 2).any(axis=(1, 3))
     cy1, cx1 = ey1 // 2, ex1 // 2
-    cy2, cx2 = min(cy1 + ca.shape[0], u.shape[0]), min(cx1 + ca.shape[1], u.shape[1])
     for plane, m in ((u, mu), (v, mv)):
-        _mix(plane[cy1:cy2, cx1:cx2], m[: cy2 - cy1, : cx2 - cx1], ca[: cy2 - cy1, : cx2 - cx1])
+        plane[cy1 : cy1 + blocks.shape[0], cx1 : cx1 + blocks.shape[1]][blocks] = m[blocks]

@@ -2,6 +2,10 @@
 
 Stage key = H(stage name, stage version, the recipe fields it reads, model identity,
 upstream stage key). A stage's version is bumped when its code changes its output.
+
+A source has two plans: its avatar (decode .. masks, latents: what a render of it reads)
+and, for a video, its mouth bank (decode, track, landmarks, bank: `plan(..., bank=True)`),
+whose own key names a record of its own. The two share their first three stages.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cachestore.keys import avatar_key, stage_key
+from pipeline.mouth.bank import VERSION as BANK_VERSION
 from pipeline.nets.backends import backend_identity
 from pipeline.nets.cpu_speed import key_precision
 from pipeline.precompile.recipe import Recipe
@@ -26,7 +31,12 @@ STAGES: dict[str, tuple[int, tuple[str, ...], str, str]] = {
     "crops": (1, ("bbox_shift", "crop_size"), "landmarks", ""),
     "masks": (2, ("mask_feather",), "crops", "mask"),  # 2: hull has lips and jaw room
     "latents": (1, (), "crops", "vae"),
+    "bank": (BANK_VERSION, (), "landmarks", ""),  # the mouth bank of a talking clip
 }
+BANK_STAGES = ("decode", "track", "landmarks", "bank")
+# the facemesh landmarks' own version (two-pass crop, the IBUG68 table, the mesh array);
+# bumped when either changes what they store. The other backends keep version 1's keys.
+MESH_VERSION = 1
 BACKEND_FIELD = {"detector": "detector", "landmarks": "landmarks", "mask": "mask", "vae": "vae"}
 # The decode stage's version for each frame codec: an older avatar's frames keep the
 # version (and so the keys) they were built under, so it is still found and rendered.
@@ -42,12 +52,16 @@ class Plan:
     avatar: str
 
 
-def stage_names(recipe: Recipe) -> list[str]:
-    return [s for s in STAGES if s != "latents" or recipe.vae]
+def stage_names(recipe: Recipe, bank: bool = False) -> list[str]:
+    if bank:
+        return list(BANK_STAGES)
+    return [s for s in STAGES if s != "bank" and (s != "latents" or recipe.vae)]
 
 
-def plan(source_digest: str, recipe: Recipe, frame_codec: str | None = None) -> Plan:
-    """Every stage key for one source under one recipe.
+def plan(
+    source_digest: str, recipe: Recipe, bank: bool = False, frame_codec: str | None = None
+) -> Plan:
+    """Every stage key for one source under one recipe (`bank`: of its mouth bank).
 
     The decode stage's key also carries the frame codec (default: the one precompile
     writes, `media.FRAME_CODEC`; an older one names the keys an older avatar has), which
@@ -58,7 +72,7 @@ def plan(source_digest: str, recipe: Recipe, frame_codec: str | None = None) -> 
 
     frame_codec = frame_codec or FRAME_CODEC
     keys: dict[str, str] = {}
-    for name in stage_names(recipe):
+    for name in stage_names(recipe, bank):
         version, fields, upstream, kind = STAGES[name]
         params = {f: getattr(recipe, f) for f in fields}
         if name == "decode":
@@ -69,6 +83,8 @@ def plan(source_digest: str, recipe: Recipe, frame_codec: str | None = None) -> 
             params["crop_rules"] = recipe.crop_rules
         if name == "masks" and recipe.mask == "bisenet":
             params["parsing_mode"] = recipe.parsing_mode
+        if name == "landmarks" and recipe.landmarks == "facemesh":
+            params["mesh"] = MESH_VERSION  # the stage stores the mesh too
         model = ""
         if kind:
             backend = getattr(recipe, BACKEND_FIELD[kind])

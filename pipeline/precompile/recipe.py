@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DETECTORS = ("retinaface", "dlib", "s3fd")
-LANDMARKERS = ("retinaface", "dlib", "fan", "dwpose")
+LANDMARKERS = ("facemesh", "retinaface", "dlib", "fan", "dwpose")
 MASKERS = ("landmarks", "bisenet")
 PARSING_MODES = ("jaw", "raw", "neck")  # upstream MuseTalk's BiSeNet mask modes
 CROP_RULES = ("hotplate", "v1.5", "v1.0")  # half-face box rules: hotplate's, or MuseTalk's
@@ -39,7 +39,7 @@ class Recipe:
     )
     face: str = "auto"  # which face is the presenter: see parse_face_hint
     detector: str = "retinaface"
-    landmarks: str = "retinaface"
+    landmarks: str = "facemesh"
     mask: str = "landmarks"
     bbox_shift: int = 0
     crop_size: int = 256
@@ -189,6 +189,18 @@ def for_backend(recipe: Recipe, backend: str, explicit: frozenset[str] = frozens
     if chosen.crop_rules == "v1.5":
         chosen = chosen.replace(bbox_shift=0)  # upstream ignores it: one key, not one per shift
     return chosen
+
+
+SPEECH_MAX_FRAMES = 1500  # a speech clip's mouth bank reads up to 60 s at 25 fps
+
+
+def for_speech(recipe: Recipe) -> Recipe:
+    """The recipe a persona's talking footage (`speech.mp4`) precompiles its mouth bank
+    under: the recipe's, reading up to SPEECH_MAX_FRAMES frames (a loop's max_frames is
+    for a loop, not for a minute of reading aloud)."""
+    if recipe.max_frames == 0 or recipe.max_frames >= SPEECH_MAX_FRAMES:
+        return recipe
+    return recipe.replace(max_frames=SPEECH_MAX_FRAMES)
 
 
 def describe(recipe: Recipe) -> str:

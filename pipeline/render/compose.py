@@ -1,9 +1,10 @@
 """Stored I420 frames and a renderer's mouths -> the frames the encoder takes.
 
 With a `MouthRenderer` (warp), each output frame is the stored frame's planes with the
-mouth blended in (`pipeline.yuv.blend_mouth`); only the rectangle the renderer reads is
-converted to RGB. A frame whose mouth does not move goes to the encoder as decoded. Any
-other renderer (musetalk) draws on whole RGB frames, converted both ways here.
+renderer's mouth patch written in (`pipeline.yuv.paste_patch`); only the rectangle the
+renderer reads is converted to RGB, and only its patch back. A frame without a patch
+goes to the encoder as decoded. Any other renderer (musetalk) draws on whole RGB frames,
+converted both ways here.
 """
 
 from __future__ import annotations
@@ -23,24 +24,23 @@ def compose(
 ) -> list:
     """Output frames ts (showing stored frames idxs, given as I420 `frames`, shared and
     read-only) -> I420 frames of width x height (even) for the encoder."""
-    from pipeline.yuv import blend_mouth, copy_frame, frame_from_rgb, rgb_rect, to_rgb
+    from pipeline.yuv import copy_frame, frame_from_rgb, paste_patch, sparse_rgb, to_rgb
 
     if isinstance(renderer, MouthRenderer):
         boxes = [renderer.mouth_source(t, i) for t, i in zip(ts, idxs, strict=True)]
         moving = [k for k, box in enumerate(boxes) if box is not None]
-        mouths = renderer.render_mouths(
-            [ts[k] for k in moving],
-            [idxs[k] for k in moving],
-            [rgb_rect(frames[k], boxes[k]) for k in moving],
+        under = {k: sparse_rgb(frames[k], boxes[k])[0] for k in moving}
+        patches = renderer.render_patches(
+            [ts[k] for k in moving], [idxs[k] for k in moving], [under[k] for k in moving]
         )
         out = [
             f if (f.width, f.height) == (width, height) else copy_frame(f, width, height)
             for f in frames
         ]
-        for k, mouth in zip(moving, mouths, strict=True):
-            if mouth is not None:
+        for k, patch in zip(moving, patches, strict=True):
+            if patch is not None:
                 out[k] = copy_frame(frames[k], width, height)  # the stored one is shared
-                blend_mouth(out[k], mouth)
+                paste_patch(out[k], patch.box, patch.pixels, under[k])
         return out
     rgb = [to_rgb(f) for f in frames]  # new arrays: the renderer may draw into them
     render_owned = getattr(renderer, "render_owned", None)

@@ -118,6 +118,8 @@ def live_render(
     sr = renderer.sample_rate
     out_fps = float(fps or renderer.fps or assets.fps)
     look = LOOKAHEAD.get(backend, 2)
+    if hasattr(renderer, "lookahead"):  # a renderer that can look further (whole files)
+        renderer.lookahead = look  # sees only what live has
     context = int(round(CONTEXT_SECONDS * out_fps))
     decoder = PcmDecoder(rate, channels, sr)
     report = LiveReport(fps=out_fps)
