@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from cachestore.store import forget_store, open_store
-from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
+from hotplate.demo_data import iter_loop_frames, make_speech_audio, write_loop_video, write_wav
 from pipeline import media
-from pipeline.hot import load_assets
+from pipeline.hot import load_assets, load_bank
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
 from pipeline.render.audio import load_audio, n_video_frames
+from pipeline.render.encode import Mp4Writer
 from pipeline.render.fmp4 import BoxSplitter
 from pipeline.render.renderers.warp import WarpRenderer
 from pipeline.render.schedule import schedule
@@ -40,14 +41,24 @@ def made(tmp_path_factory):
         mp.setattr(media, "FRAME_CODEC", "jpeg-q95-444")
         old = precompile(video, Recipe(), store).avatar
     assert old != new
-    yield root, store, old, new
+    # talking footage of the same presenter (the loop's frames over speech): its bank
+    speech = make_speech_audio(1.6, 48000)
+    with Mp4Writer(root / "speech.mp4", *SIZE, 25.0, audio=speech, sample_rate=48000) as w:
+        for frame in iter_loop_frames(40, SIZE):
+            w.write(frame)
+    bank = precompile(root / "speech.mp4", Recipe(), store, bank=True).avatar
+    yield root, store, old, new, bank
     forget_store(root / "cache")
 
 
-def todays_encoder_input(store, old_key: str, wav) -> tuple[list[np.ndarray], np.ndarray]:
+def todays_encoder_input(
+    store, old_key: str, wav, bank: str | None = None
+) -> tuple[list[np.ndarray], np.ndarray]:
     """What the encoder got before: the old avatar's RGB frames, warp drawing on each
     whole frame, converted to I420 (cv2's packed layout); and the schedule."""
     assets = load_assets(store, old_key)
+    if bank is not None:
+        assets.bank = load_bank(store, bank)
     renderer = WarpRenderer()
     audio = load_audio(wav, renderer.sample_rate)
     n = n_video_frames(audio.size / renderer.sample_rate, assets.fps)
@@ -91,7 +102,7 @@ def compare(got: list[np.ndarray], want: list[np.ndarray], idxs, assets) -> tupl
 
 
 def test_whole_file_matches_todays_path_outside_the_mouth(made):
-    root, store, old, new = made
+    root, store, old, new, _ = made
     want, idxs = todays_encoder_input(store, old, root / "speech.wav")
     assets = load_assets(store, new)
     render_video(assets, root / "speech.wav", root / "new.mp4")
@@ -103,7 +114,7 @@ def test_whole_file_matches_todays_path_outside_the_mouth(made):
 
 
 def test_stream_is_valid_fmp4_and_matches_todays_path_outside_the_mouth(made):
-    root, store, old, new = made
+    root, store, old, new, _ = made
     want, idxs = todays_encoder_input(store, old, root / "speech.wav")
     segments: list[tuple[str, bytes]] = []
     assets = load_assets(store, new)
@@ -128,10 +139,23 @@ def test_stream_is_valid_fmp4_and_matches_todays_path_outside_the_mouth(made):
 
 def test_an_old_avatar_renders_through_the_new_path_the_same(made):
     """The old format's frames, decoded and converted once, take the same I420 path."""
-    root, store, old, new = made
+    root, store, old, new, _ = made
     want, idxs = todays_encoder_input(store, old, root / "speech.wav")
     assets = load_assets(store, old)
     render_video(assets, root / "speech.wav", root / "old.mp4")
     outside, inside = compare(decoded(root / "old.mp4"), want, idxs, assets)
+    assert outside >= TOLERANCE_DB, outside
+    assert inside >= 35.0, inside
+
+
+def test_with_the_mouth_bank_the_patch_alone_matches_todays_path(made):
+    """The bank's mouths (warp's other path) read and cover only what mouth_source says."""
+    root, store, old, new, bank = made
+    want, idxs = todays_encoder_input(store, old, root / "speech.wav", bank)
+    assets = load_assets(store, new)
+    assets.bank = load_bank(store, bank)
+    assert assets.bank.size > 0
+    render_video(assets, root / "speech.wav", root / "bank.mp4")
+    outside, inside = compare(decoded(root / "bank.mp4"), want, idxs, assets)
     assert outside >= TOLERANCE_DB, outside
     assert inside >= 35.0, inside
