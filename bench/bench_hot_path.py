@@ -65,17 +65,26 @@ def cpu():
 def reset_peak():  # Linux: clear VmHWM, so each render's own peak is read
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-def peak_mb():
+def status_mb(field):
     for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
 store = open_store(Path(job["cache"]))
 t0 = time.perf_counter()
-rep = precompile(Path(job["video"]), Recipe(max_frames=job["frames"]), store)
+rep = precompile(Path(job["video"]), Recipe(), store)  # the loop has job["frames"] frames
 out = {"avatar": rep.avatar, "precompile_s": time.perf_counter() - t0}
 assets = load_assets(store, rep.avatar)
+if job.get("speech"):  # the persona's talking footage: the mouth bank (this tree only)
+    from pipeline.hot import load_bank
+    from pipeline.precompile.recipe import for_speech
+    t0 = time.perf_counter()
+    bank = precompile(Path(job["speech"]), for_speech(Recipe()), store, bank=True).avatar
+    out["bank_s"], out["bank"] = time.perf_counter() - t0, bank
+    assets.bank = load_bank(store, bank)
+    out["bank_entries"] = assets.bank.size
 for mode in ("stream", "whole", "live"):
     reset_peak()
+    rss0 = status_mb("VmRSS")
     c0, w0 = cpu(), time.perf_counter()
     first = []
     if mode == "live":
@@ -92,7 +101,7 @@ for mode in ("stream", "whole", "live"):
     wall, c = time.perf_counter() - w0, cpu() - c0
     out[mode] = {"frames": frames, "wall": wall, "cpu": c,
                  "first": (first[0] - w0) if first else None,
-                 "maxrss_mb": peak_mb()}
+                 "maxrss_mb": status_mb("VmHWM"), "grew_mb": status_mb("VmHWM") - rss0}
 print("RESULT " + json.dumps(out))
 """
 
@@ -102,6 +111,12 @@ def add_arguments(ap) -> None:
     ap.add_argument("--sizes", default="1080x1920,720x1280", help="WxH, comma-separated")
     ap.add_argument("--seconds", type=float, default=20.0, help="speech per render")
     ap.add_argument("--baseline-ref", default=BASELINE_REF, help="commit of the old path")
+    ap.add_argument(
+        "--bank-seconds",
+        type=float,
+        default=10.0,
+        help="talking footage the new side builds its mouth bank from (0: no bank)",
+    )
 
 
 def baseline_tree(ref: str, into: Path) -> Path:
@@ -186,6 +201,21 @@ def first_fragments(tree: Path, root: Path, cache: Path, wav: Path, requests: in
         log.close()
 
 
+def speech_clip(tmp: Path, size: tuple[int, int], seconds: float) -> Path:
+    """Talking footage of the loop's presenter (its frames over generated speech, as
+    H.264 + AAC): what the new side builds the persona's mouth bank from."""
+    from pipeline.render.encode import Mp4Writer
+
+    path = tmp / f"speech-{size[0]}x{size[1]}.mp4"
+    if not path.exists():
+        frames = int(seconds * 25)
+        audio = make_speech_audio(seconds, 48000, seed=7)
+        with Mp4Writer(path, size[0], size[1], 25.0, audio=audio, sample_rate=48000) as w:
+            for frame in iter_loop_frames(frames, size, seed=3):
+                w.write(frame)
+    return path
+
+
 def cpu_thread() -> float:
     return time.thread_time()
 
@@ -254,8 +284,11 @@ def encode_cpu(frames, options: dict, bitrate: int | None = None) -> tuple[float
     return ms, sum(map(len, packets)) * 8 * 25 / len(frames) / 1e6, ys
 
 
-def stages(bench: Bench, store, old_key: str, new_key: str, n: int, inputs: dict) -> list:
-    """Each stage alone on n output frames, CPU ms per frame, old and new side by side."""
+def stages(
+    bench: Bench, store, old_key: str, new_key: str, bank: str | None, n: int, inputs: dict
+) -> list:
+    """Each stage alone on n output frames, CPU ms per frame, old and new side by side
+    (the new side with the persona's mouth bank when there is one)."""
     import cv2
 
     from pipeline.media import decode_frame, decode_yuv
@@ -267,11 +300,18 @@ def stages(bench: Bench, store, old_key: str, new_key: str, n: int, inputs: dict
     from pipeline.yuv import copy_frame, paste_patch, sparse_rgb
 
     old, new = load_assets(store, old_key), load_assets(store, new_key)
+    if bank is not None:
+        from pipeline.hot import load_bank
+
+        new.bank = load_bank(store, bank)
     audio = make_speech_audio(n / 25 + 1, 48000)
     idxs = schedule(n, new.n_frames, "pingpong")
     r_old, r_new = WarpRenderer(), WarpRenderer()
     r_old.prepare(old, audio, 48000, n, 25.0)
     r_new.prepare(new, audio, 48000, n, 25.0)
+    for k in range(n):  # each stored frame's warp plan, made once per render, not timed
+        r_old.mouth_source(k, int(idxs[k]))
+        r_new.mouth_source(k, int(idxs[k]))
     blobs_old = [old.load_frame._blob(int(i)) for i in idxs]
     blobs_new = [new.load_frame._blob(int(i)) for i in idxs]
 
@@ -283,7 +323,7 @@ def stages(bench: Bench, store, old_key: str, new_key: str, n: int, inputs: dict
     ms = {}
     ms["decode old (JPEG 4:4:4 -> RGB)"], rgb = timed(decode_frame, blobs_old)
     ms["decode new (I420 JPEG -> planes)"], yuv = timed(decode_yuv, blobs_new)
-    ms["mouth+blend old (warp on the RGB frame)"], drawn = timed(
+    ms["mouth+blend old steps (warp on the whole RGB frame, no bank)"], drawn = timed(
         lambda k: r_old.render(k, int(idxs[k]), rgb[k], inplace=True), range(n)
     )
     ms["RGB->I420 old (whole frame)"], _ = timed(
@@ -328,7 +368,10 @@ def stages(bench: Bench, store, old_key: str, new_key: str, n: int, inputs: dict
     )
     for name, value in ms.items():
         bench.figure(f"stage: {name}", value, "CPU ms/frame", better="lower", inputs=inputs)
-    old_total = ms["decode old (JPEG 4:4:4 -> RGB)"] + ms["mouth+blend old (warp on the RGB frame)"]
+    old_total = (
+        ms["decode old (JPEG 4:4:4 -> RGB)"]
+        + ms["mouth+blend old steps (warp on the whole RGB frame, no bank)"]
+    )
     old_total += ms["RGB->I420 old (whole frame)"]
     new_total = (
         ms["decode new (I420 JPEG -> planes)"]
@@ -488,6 +531,7 @@ def main(bench: Bench) -> None:
     loops = [24] if bench.quick else [int(v) for v in args.loops.split(",")]
     sizes = ["720x1280"] if bench.quick else args.sizes.split(",")
     seconds = 3.0 if bench.quick else args.seconds
+    bank_seconds = 1.2 if bench.quick else args.bank_seconds
     with tempfile.TemporaryDirectory(prefix="hot-path-") as tmp:
         tmp = Path(tmp)
         try:
@@ -507,7 +551,9 @@ def main(bench: Bench) -> None:
                     "loop_frames": n,
                     "resolution": size_text,
                     "audio_seconds": seconds,
-                    "renderer": "warp (no mouth bank yet)",
+                    "renderer": f"warp, new side with a mouth bank of {bank_seconds:g} s"
+                    if bank_seconds
+                    else "warp",
                     "recipe": "default",
                 }
                 video = write_loop_video(tmp / f"loop-{size_text}-{n}.mp4", n_frames=n, size=(w, h))
@@ -520,11 +566,17 @@ def main(bench: Bench) -> None:
                     "pcm": str(pcm),
                 }
                 res = {}
+                if bank_seconds:
+                    job["speech"] = str(speech_clip(tmp, (w, h), bank_seconds))
                 for side, tree in (("old", old_tree), ("new", ROOT)):
+                    if side == "old":
+                        job_side = {k: v for k, v in job.items() if k != "speech"}
+                    else:
+                        job_side = job
                     res[side] = run_side(
                         tree,
                         {
-                            **job,
+                            **job_side,
                             "out_whole": str(tmp / f"{side}.mp4"),
                             "out_stream": str(tmp / f"{side}-s.mp4"),
                         },
@@ -571,6 +623,15 @@ def main(bench: Bench) -> None:
                         better="lower",
                         inputs=inputs,
                     )
+                    bench.figure(
+                        f"{mode}: memory the render added (peak RSS over the process's before)",
+                        nw["grew_mb"],
+                        "MB",
+                        baseline="the old path",
+                        baseline_value=o["grew_mb"],
+                        better="lower",
+                        inputs=inputs,
+                    )
                 store = open_store(cache)
                 bench.figure(
                     "store per avatar",
@@ -597,6 +658,8 @@ def main(bench: Bench) -> None:
                     shutil.rmtree(tmp / "personas", ignore_errors=True)
                     personas.mkdir(parents=True)
                     os.link(video, personas / "studio.mp4")
+                    if job.get("speech"):  # the new server renders with the persona's bank
+                        os.link(job["speech"], personas / "speech.mp4")
                     k = 2 if bench.quick else 3
                     old_ff = first_fragments(old_tree, tmp, cache, wav, k)
                     new_ff = first_fragments(ROOT, tmp, cache, wav, k)
@@ -613,10 +676,27 @@ def main(bench: Bench) -> None:
                 if n == loops[0]:
                     frames_n = 8 if bench.quick else 48
                     old_frames, composed, rate = stages(
-                        bench, store, res["old"]["avatar"], res["new"]["avatar"], frames_n, inputs
+                        bench,
+                        store,
+                        res["old"]["avatar"],
+                        res["new"]["avatar"],
+                        res["new"].get("bank"),
+                        frames_n,
+                        inputs,
                     )
                     formats(bench, (w, h), 8 if bench.quick else 24, inputs)
                     encoders(bench, composed, rate, inputs)
+                if "bank_s" in res["new"]:
+                    bench.figure(
+                        f"mouth bank precompile, {bank_seconds:g} s of talking footage",
+                        res["new"]["bank_s"],
+                        "s",
+                        baseline="the loop's own precompile (new side)",
+                        baseline_value=res["new"]["precompile_s"],
+                        better="lower",
+                        inputs=inputs,
+                        note=f"{res['new']['bank_entries']} entries",
+                    )
                 forget_store(cache)
     print(f"load average at the end: {os.getloadavg()}")
 
