@@ -653,7 +653,7 @@ def main(bench: Bench) -> None:
                     inputs=inputs,
                     note=f"inside the blend square: mean {mouth:.1f} dB",
                 )
-                if size_text == sizes[0] and n == loops[-1]:
+                if size_text == sizes[0] and n == max(loops):
                     personas = tmp / "personas" / "astro"
                     shutil.rmtree(tmp / "personas", ignore_errors=True)
                     personas.mkdir(parents=True)
@@ -673,7 +673,7 @@ def main(bench: Bench) -> None:
                             better="lower",
                             inputs=inputs,
                         )
-                if n == loops[0]:
+                if n == max(loops):
                     frames_n = 8 if bench.quick else 48
                     old_frames, composed, rate = stages(
                         bench,
