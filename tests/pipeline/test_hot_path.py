@@ -159,3 +159,41 @@ def test_with_the_mouth_bank_the_patch_alone_matches_todays_path(made):
     outside, inside = compare(decoded(root / "bank.mp4"), want, idxs, assets)
     assert outside >= TOLERANCE_DB, outside
     assert inside >= 35.0, inside
+
+
+@pytest.mark.parametrize("with_bank", [False, True])
+def test_warp_reads_only_its_mouth_source(made, with_bank):
+    """render_patches with the stored frame poisoned outside mouth_source gives the same
+    patch as with the whole frame, and the patch lies inside that rectangle: the hot path
+    may convert only that rectangle."""
+    root, store, _, new, bank = made
+    assets = load_assets(store, new)
+    if with_bank:
+        assets.bank = load_bank(store, bank)
+    audio = load_audio(root / "speech.wav", 48000)
+    n = n_video_frames(audio.size / 48000, assets.fps)
+    idxs = schedule(n, assets.n_frames, "pingpong")
+    clean, poisoned = WarpRenderer(), WarpRenderer()  # each caches what it read per frame
+    for r in (clean, poisoned):
+        r.prepare(assets, audio, 48000, n, assets.fps)
+    noise = np.random.default_rng(0).integers(0, 256, (assets.height, assets.width, 3), np.uint8)
+    checked = 0
+    for t in range(n):
+        i = int(idxs[t])
+        box = clean.mouth_source(t, i)
+        assert box == poisoned.mouth_source(t, i)
+        if box is None:
+            continue
+        frame = assets.load_frame(i)
+        dirty = noise.copy()
+        x1, y1, x2, y2 = box
+        dirty[y1:y2, x1:x2] = frame[y1:y2, x1:x2]
+        (a,) = clean.render_patches([t], [i], [frame])
+        (b,) = poisoned.render_patches([t], [i], [dirty])
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.box == b.box and np.array_equal(a.pixels, b.pixels)
+            px1, py1, px2, py2 = a.box
+            assert x1 <= px1 and y1 <= py1 and px2 <= x2 and py2 <= y2
+            checked += 1
+    assert checked >= 5
