@@ -53,10 +53,11 @@ def frame_name(i: int) -> str:
     return f"frame/{i:06d}"
 
 
-# Decoded frames a render keeps for their next use (see ScheduledFrames): 128 MiB is 43
-# I420 frames at 1080x1920, the whole of a loop of up to 22 stored frames in ping-pong
-# (the memory a stream may hold stays well under 300 MB).
-CACHE_BYTES = 128 << 20
+# Decoded frames a render keeps for their next use (see ScheduledFrames): 64 MiB is 21
+# I420 frames at 1080x1920, the whole of a ping-pong loop of up to 11 stored frames. A
+# stored frame decodes in ~6 ms now, so a bigger cache buys little for the memory a stream
+# holds (bench/bench_hot_path.py: a 128 MiB cache added ~100 MB to a stream's peak).
+CACHE_BYTES = 64 << 20
 
 
 def yuv_loader(load: Callable[[int], np.ndarray]) -> Callable[[int], object]:
