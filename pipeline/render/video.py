@@ -103,7 +103,7 @@ def warm_up() -> None:
     import numpy as np
 
     from pipeline.media import decode_yuv, encode_frame
-    from pipeline.render import compose, fmp4, live  # noqa: F401 - imported for their cost
+    from pipeline.render import compose, fmp4  # noqa: F401 - imported for their cost
     from pipeline.render.renderers import warp  # noqa: F401
 
     _return_freed_frames()
