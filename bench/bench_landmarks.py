@@ -17,6 +17,9 @@
    (corners and inner lips) per face, as a fraction of the inter-ocular distance, the
    fitted-68 as the baseline in the same run.
 
+`--sheet FILE` also writes a PNG of every sample's mouth at 2x: the mesh's outer lips
+(yellow) and inner lips (blue), its 68 points' lips (red) and the referee's (green).
+
 Figures only, no asserts (tests/pipeline/test_facemesh.py asserts the accuracy bound).
 """
 
@@ -47,6 +50,7 @@ def add_arguments(ap) -> None:
     ap.add_argument(
         "--frames", type=int, nargs="+", default=[150, 250], help="loop lengths (frames)"
     )
+    ap.add_argument("--sheet", type=Path, metavar="FILE", help="write the mouths' sheet here")
 
 
 def stage_seconds(report, name: str) -> float:
@@ -169,6 +173,49 @@ def accuracy(bench: Bench, samples, detector) -> None:
         )
 
 
+def mouth_sheet(path: Path, samples, detector, columns: int = 6) -> None:
+    """Each sample's mouth, 2x (the mouth's width is a third of its 300-px tile)."""
+    import cv2
+
+    from pipeline.nets import mesh_topology as topo
+    from pipeline.nets.facemesh import FaceMeshLandmarker
+    from tests.faces.referee import lip_error
+
+    model, tiles, side = FaceMeshLandmarker(), [], 300
+    contours = (
+        (topo.LIPS_OUTER_UPPER, (255, 255, 0)),
+        (topo.LIPS_OUTER_LOWER, (255, 255, 0)),
+        (topo.LIPS_INNER_UPPER, (0, 160, 255)),
+        (topo.LIPS_INNER_LOWER, (0, 160, 255)),
+    )
+    for s in samples:
+        mesh = model.predict_mesh(s.image, faces_box(s, detector))
+        points = topo.mesh_to_68(mesh)
+        centre = s.truth[48:68].mean(0)
+        k = side / (2.2 * np.linalg.norm(s.truth[54] - s.truth[48]))
+        m = np.array([[k, 0, side / 2 - k * centre[0]], [0, k, side / 2 - k * centre[1]]])
+        tile = cv2.warpAffine(s.image, m, (side, side), flags=cv2.INTER_CUBIC)
+
+        def to_tile(p, m=m):
+            return np.round(np.asarray(p)[:, :2] @ m[:, :2].T + m[:, 2]).astype(np.int32)
+
+        for contour, colour in contours:
+            cv2.polylines(tile, [to_tile(mesh[list(contour)])], False, colour, 1, cv2.LINE_AA)
+        for p in to_tile(s.truth[48:68]):
+            cv2.circle(tile, tuple(int(v) for v in p), 3, (0, 255, 0), -1)
+        for p in to_tile(points[48:68]):
+            cv2.circle(tile, tuple(int(v) for v in p), 2, (255, 0, 0), -1)
+        label = f"{s.name[:26]} {lip_error(points, s.truth):.3f}"
+        cv2.putText(tile, label, (3, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.42, (255, 255, 255), 1)
+        tiles.append(tile)
+    while len(tiles) % columns:
+        tiles.append(np.zeros_like(tiles[0]))
+    rows = [np.concatenate(tiles[i : i + columns], 1) for i in range(0, len(tiles), columns)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), cv2.cvtColor(np.concatenate(rows, 0), cv2.COLOR_RGB2BGR))
+    print(f"wrote {path}", flush=True)
+
+
 def main(bench: Bench) -> None:
     try:
         from tests import faces
@@ -180,6 +227,8 @@ def main(bench: Bench) -> None:
     else:
         samples = faces.samples()
     accuracy(bench, samples, detector)
+    if bench.args.sheet is not None:
+        mouth_sheet(bench.args.sheet, samples, detector)
     runtimes(bench, samples, detector)
     with tempfile.TemporaryDirectory() as tmp:
         for frames in [12] if bench.quick else bench.args.frames:

@@ -52,6 +52,12 @@ SETTINGS: dict[str, tuple[type, Any, str]] = {
         lambda: "",
         "blob tier shared by stores: http(s)://host/prefix or s3://bucket/prefix (empty: none)",
     ),
+    "remote_key": (
+        str,
+        lambda: "",
+        "key signing the tier's manifests (HMAC-SHA256), or @FILE holding it; pulls then "
+        "refuse manifests it did not sign (empty: none)",
+    ),
 }
 RECIPE_FIELDS = {f.name for f in fields(Recipe)} - {"models_dir"}
 
@@ -67,6 +73,7 @@ class Settings:
     flight_wait: float
     map_size: int
     remote: str = ""
+    remote_key: str = ""
     recipe: Recipe = field(default_factory=Recipe)
     config_file: Path | None = None
 

@@ -67,6 +67,7 @@ class LipSyncOutcome:
     jit_seconds: float
     render: RenderReport
     first_frame_seconds: float  # from the call until the first frame was encoded
+    bank: str | None = None  # the mouth bank the mouths came from (warp), if any
 
 
 def check_audio(audio: Path) -> None:
@@ -227,6 +228,7 @@ def lip_sync(
         jit_seconds=hot.jit_seconds,
         render=result,
         first_frame_seconds=render_called - started + result.first_frame_seconds,
+        bank=hot.bank,
     )
 
 

@@ -181,7 +181,9 @@ def serve(
     from hotplate.serve.app import ServeConfig, create_app
 
     settings = ctx.find_object(Settings)
-    attach(settings.cache, settings.remote)  # the render workers pull and push through it
+    attach(
+        settings.cache, settings.remote, settings.remote_key
+    )  # the render workers pull and push through it
     config = ServeConfig(
         settings=settings,
         workers=workers,

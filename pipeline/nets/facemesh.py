@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.nets.boxes import check_box
 from pipeline.nets.models import ModelMissingError, file_identity
 
 N_MESH = 468
@@ -118,9 +119,7 @@ class FaceMesh:
 
     def mesh(self, frame_rgb: np.ndarray, box: np.ndarray) -> np.ndarray:
         """(468, 3) float32 mesh of the face inside `box` [x1, y1, x2, y2]."""
-        b = np.asarray(box, np.float64).reshape(-1)
-        if b.shape != (4,) or not np.isfinite(b).all() or b[2] <= b[0] or b[3] <= b[1]:
-            raise ValueError(f"box={box!r} must be [x1, y1, x2, y2] with x2 > x1 and y2 > y1")
+        b = check_box(box)
         # 1. upright crop around the tracked box
         centre = (b[:2] + b[2:]) / 2
         mesh = self._run(frame_rgb, centre, BOX_SCALE * max(b[2] - b[0], b[3] - b[1]), 0.0)
@@ -149,15 +148,12 @@ class FaceMesh:
         out[:, 2] = points[:, 2] * (side / INPUT)
         return out
 
-    def mesh_batch(self, frames: Sequence[np.ndarray], boxes: np.ndarray) -> np.ndarray:
-        out = [self.mesh(f, b) for f, b in zip(frames, boxes, strict=True)]
-        return np.stack(out) if out else np.zeros((0, N_MESH, 3), np.float32)
-
 
 def crop_matrix(centre: np.ndarray, side: float, angle: float) -> np.ndarray:
     """(2, 3) map from frame pixels to the INPUT-square crop of side `side` px around
-    `centre`, rotated by `angle` radians (the face's roll: its eye line becomes level).
-    Pixel centres are at integers on both sides (cv2's convention)."""
+    `centre` (continuous coordinates: pixel i spans [i, i + 1)), rotated by `angle`
+    radians (the face's roll: its eye line becomes level). The matrix itself maps pixel
+    indices to pixel indices, as cv2.warpAffine takes it."""
     k = INPUT / side
     c, s = np.cos(angle), np.sin(angle)
     rot = k * np.array([[c, s], [-s, c]])  # rotates the frame by -angle, then scales

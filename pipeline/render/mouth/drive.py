@@ -70,8 +70,8 @@ def closures(
     """(T,) bool: frames where the lips are shut for a bilabial (m, and the closure of
     p and b). A nasal murmur: a speech frame whose energy is nearly all below NASAL_CUT
     and a little quieter than the vowels near it. A stop: a frame far quieter than its
-    neighbours, followed by a release. (n and the closure of t, d, k, g look alike to
-    this; the mouth then closes a little too often, never too rarely.)"""
+    neighbours, followed by a release. (n, l, r, j and the closures of t, d, k, g look
+    alike to this in espeak-ng's speech: the mouth closes too often, not too rarely.)"""
     n = db.size
     if n == 0 or not speech.any():
         return np.zeros(n, bool)

@@ -52,8 +52,8 @@ from pipeline.render.silence import SilenceParams
 # Landmark moves at openness 1, as fractions of the lower-face height (nose 33 to
 # chin 8), along the face's down axis (positive is down). Jaw and lip taper to the sides.
 JAW_DROP = 0.16
-LIP_DROP = 0.19
-UPPER_RAISE = 0.03
+LIP_DROP = 0.24
+UPPER_RAISE = 0.07
 CORNER_DROP = 0.06
 MOVES: dict[int, float] = {
     **{
@@ -333,19 +333,26 @@ def _make_plan(assets: AvatarAssets, idx: int) -> _Plan | None:
     grid = np.stack(np.meshgrid(gx, gy), axis=-1).reshape(-1, 2)
     inner = lm[60:68]
 
-    def field_of(moves_face: np.ndarray, pts: np.ndarray) -> np.ndarray:
+    def field_of(
+        moves_face: np.ndarray, pts: np.ndarray, sides: np.ndarray | None = None
+    ) -> np.ndarray:
         disp = np.zeros((ctrl.shape[0], 2), np.float32)
         disp[: moving.size] = (moves_face @ axes) * scale  # face axes -> frame pixels
         d2 = ((pts[:, None, :] - ctrl[None, :, :]) ** 2).sum(-1)
         wts = np.exp(-d2 / (2.0 * (SIGMA * scale) ** 2))
         side, middle = side_of(pts)
+        if sides is not None:  # points on the line itself: their side is known
+            side = np.where(sides != 0, sides, side).astype(np.float32)
         across = (side[:, None] * ctrl_side[None, :]) < 0
         wts *= np.where(across, 1.0 - (1.0 - ACROSS_MOUTH) * middle[:, None], 1.0)
         return ((wts @ disp) / (wts.sum(1, keepdims=True) + STAY)).astype(np.float32)
 
     # The inner lip points move as the field moves them (to first order, p -> p + d(p)),
     # not by their control moves: the Gaussian field does not interpolate exactly, and
-    # the mouth interior must meet the warped lips.
+    # the mouth interior must meet the warped lips. On a closed mouth the upper and the
+    # lower inner lip lie on the line that splits the field, so each is told its side
+    # (the pixels just above and below the seam move with their own lip).
+    inner_sides = np.array([0, -1, -1, -1, 0, 1, 1, 1], np.float32)
     return _Plan(
         idx=idx,
         box=(x1, y1, x2, y2),
@@ -353,8 +360,8 @@ def _make_plan(assets: AvatarAssets, idx: int) -> _Plan | None:
         field=field_of(open_moves, grid).reshape(gh, gw, 2),
         shape_field=field_of(shape_moves, grid).reshape(gh, gw, 2),
         inner=inner,
-        inner_move=field_of(open_moves, inner),
-        inner_shape_move=field_of(shape_moves, inner),
+        inner_move=field_of(open_moves, inner, inner_sides),
+        inner_shape_move=field_of(shape_moves, inner, inner_sides),
         origin=origin,
         axes=axes,
         scale=scale,
