@@ -67,9 +67,10 @@ def keys(root, cache) -> tuple[str, str]:
 
 
 def avatars(cache) -> set[str]:
+    """The store's avatars (not the mouth banks' records beside them)."""
     store = open_store(cache)
     try:
-        return {k for k, _ in store.items("avatar")}
+        return {k for k, a in store.items("avatar") if a.get("kind") != "bank"}
     finally:
         forget_store(cache)
 
@@ -79,7 +80,9 @@ def frame_codecs(cache) -> set[str]:
     store = open_store(cache)
     try:
         found = set()
-        for key, _ in store.items("avatar"):
+        for key, record in store.items("avatar"):
+            if record.get("kind") == "bank":
+                continue
             decode = store.get_stage(store.get_avatar(key)["stages"]["decode"])
             with store.read() as r:
                 blob = r.array(decode.blobs["frame/000000"]).copy()
