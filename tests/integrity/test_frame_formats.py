@@ -56,14 +56,20 @@ def world(made, tmp_path, monkeypatch):
     _REMOTES.clear()
 
 
-def keys(root, cache) -> tuple[str, str]:
-    """(the old format's avatar key, the new one's) of the loop."""
+def plans(root, cache):
+    """(the old format's plan, the new one's) of the loop."""
     store = open_store(cache)
     try:
         digest = plan_for(store, root.joinpath(*SOURCE), Recipe()).source_digest
     finally:
         forget_store(cache)
-    return plan(digest, Recipe(), frame_codec=OLD).avatar, plan(digest, Recipe()).avatar
+    return plan(digest, Recipe(), frame_codec=OLD), plan(digest, Recipe())
+
+
+def keys(root, cache) -> tuple[str, str]:
+    """(the old format's avatar key, the new one's) of the loop."""
+    old, new = plans(root, cache)
+    return old.avatar, new.avatar
 
 
 def avatars(cache) -> set[str]:
@@ -163,11 +169,12 @@ def test_push_carries_both_formats_and_a_pulled_old_avatar_renders(world, tmp_pa
     try:
         result = cli.hotplate(world, cache, "push", "--remote", server.url)
         assert result.returncode == 0, result.stderr
-        assert "2 avatars" in result.stdout
+        assert f"pushed {old[:16]}" in result.stdout and f"pushed {new[:16]}" in result.stdout
         # a fresh node that pulls only the old one renders it, hot
         fresh = world / "fresh"
         store = open_store(fresh)
-        assert pull_avatar(store, open_remote(server.url), old) is not None
+        old_plan = plans(world, cache)[0]
+        assert pull_avatar(store, open_remote(server.url), old, old_plan.stages) is not None
         forget_store(fresh)
         assert avatars(fresh) == {old}
         assert len(render_no_jit(world, fresh, "c.mp4")) == 25
