@@ -47,18 +47,13 @@ def crop_from_frame(m: np.ndarray) -> np.ndarray:
 
 
 def speech_frames(samples: np.ndarray, sr: int, fps: float, n: int) -> np.ndarray:
-    """(n,) bool: frames louder than the gate and within SPEECH_DB of the speech level."""
-    from pipeline.render.audio import frame_rms
+    """(n,) bool: frames louder than the gate and within SPEECH_DB of the speech level
+    (`silence.quiet_frames`' measure, with the bank's thresholds)."""
+    from pipeline.render.silence import SilenceParams, quiet_frames
 
-    rms = frame_rms(samples, sr, fps)[:n]
-    rms = np.concatenate([rms, np.zeros(n - rms.size, np.float32)])
-    with np.errstate(divide="ignore"):
-        db = 20.0 * np.log10(rms)
-    loud = db > GATE_DB
-    if not loud.any():
-        return loud
-    ref = float(np.percentile(db[loud], 95))
-    return loud & (db > ref - SPEECH_DB)
+    quiet = quiet_frames(samples, sr, fps, SilenceParams(silence_db=SPEECH_DB, gate_db=GATE_DB))
+    speech = ~quiet[:n]
+    return np.concatenate([speech, np.zeros(n - speech.size, bool)])
 
 
 def normalise(feats: np.ndarray, speech: np.ndarray) -> np.ndarray:

@@ -213,6 +213,31 @@ def _hit(store: Store, keys: Plan, report: PrecompileReport) -> bool:
     return True
 
 
+def _first_stages(
+    run: StageRunner,
+    path: Path,
+    copy: Path,
+    recipe: Recipe,
+    store: Store,
+    progress: Progress,
+    keep_crops: bool = True,
+):
+    """Steps 2-4, which an avatar and a mouth bank share: (decode, frames, track,
+    per-frame stages, landmarks); `keep_crops`: make the crops in the landmarks pass."""
+    # 2. decode: every frame, encoded with the frame codec, so renders never open the source
+    decode = run.stage("decode", lambda: decode_snapshot(copy, path, recipe, progress))
+    frames = FrameSource(
+        store, decode.blobs, max(int(decode.meta["width"]), int(decode.meta["height"]))
+    )
+    # 3. track on proxies
+    track = run.stage("track", lambda: track_stage(path, recipe, frames, progress))
+    boxes = store.load_arrays(track.key)["boxes"]
+    # 4. landmarks (with crops and masks after it, one pass over the full frames)
+    per_frame = PerFrameStages(recipe, frames, boxes, progress, keep_crops=keep_crops)
+    lm = run.stage("landmarks", per_frame.landmarks)
+    return decode, frames, track, per_frame, lm
+
+
 def _build(
     path: Path,
     copy: Path,
@@ -224,18 +249,8 @@ def _build(
     progress: Progress,
 ) -> PrecompileReport:
     run = StageRunner(store, keys, report, force)
-    # 2. decode: every frame, encoded with the frame codec, so renders never open the source
-    decode = run.stage("decode", lambda: decode_snapshot(copy, path, recipe, progress))
+    decode, frames, track, per_frame, lm = _first_stages(run, path, copy, recipe, store, progress)
     n = int(decode.meta["frames"])
-    frames = FrameSource(
-        store, decode.blobs, max(int(decode.meta["width"]), int(decode.meta["height"]))
-    )
-    # 3. track on proxies
-    track = run.stage("track", lambda: track_stage(path, recipe, frames, progress))
-    boxes = store.load_arrays(track.key)["boxes"]
-    # 4-6. landmarks, crops and masks share one pass over the full frames
-    per_frame = PerFrameStages(recipe, frames, boxes, progress)
-    lm = run.stage("landmarks", per_frame.landmarks)
     crops = run.stage("crops", lambda: per_frame.crops(store.load_arrays(lm.key)["landmarks"]))
     run.stage(
         "masks",
@@ -282,15 +297,10 @@ def _build_bank(
 ) -> PrecompileReport:
     run = StageRunner(store, keys, report, force)
     # 1-3. decode, track, landmarks: the same stages (by key) as the clip's avatar
-    decode = run.stage("decode", lambda: decode_snapshot(copy, path, recipe, progress))
-    n = int(decode.meta["frames"])
-    frames = FrameSource(
-        store, decode.blobs, max(int(decode.meta["width"]), int(decode.meta["height"]))
+    decode, frames, track, _, lm = _first_stages(
+        run, path, copy, recipe, store, progress, keep_crops=False
     )
-    track = run.stage("track", lambda: track_stage(path, recipe, frames, progress))
-    boxes = store.load_arrays(track.key)["boxes"]
-    per_frame = PerFrameStages(recipe, frames, boxes, progress, keep_crops=False)
-    lm = run.stage("landmarks", per_frame.landmarks)
+    n = int(decode.meta["frames"])
     # 4. the bank, from the frames, the landmarks and the snapshot's own audio
     bank = run.stage(
         "bank",

@@ -15,6 +15,8 @@ from tests import faces
 from tests.integrity.test_damaged_blobs import damage
 from tests.pipeline.mouth_fixtures import espeak, talking_clip
 
+pytestmark = pytest.mark.slow  # end to end: a talking clip, whole processes, a real store
+
 HOTPLATE = [sys.executable, "-c", "from hotplate.cli import main; main()"]
 
 

@@ -31,6 +31,8 @@ from tests.pipeline.mouth_fixtures import (
 )
 from tests.pipeline.render_fixtures import full_mask
 
+pytestmark = pytest.mark.slow  # end to end: real faces, renders, the referee on every frame
+
 RECIPE = Recipe(max_frames=0)  # the whole clip (about 11 s)
 REPRODUCES = 0.8  # r of the referee's gap, output against source (the bound)
 FOLLOWS = 0.6  # r of the referee's gap against the speech envelope

@@ -21,6 +21,8 @@ from tests import faces
 from tests.pipeline.mouth_fixtures import detect_box, lip_gap, opened, placement, still_assets
 from tests.pipeline.render_fixtures import speech
 
+pytestmark = pytest.mark.slow  # end to end: real faces, renders, the referee on every frame
+
 SR = 48000
 OFFSET = 0.10  # mouth widths from the inner-lip line (the bound)
 # A source that shows its mouth open (the referee's gap over OPEN_GAP) keeps its own

@@ -27,6 +27,8 @@ from tests.pipeline.mouth_fixtures import (
     video_frames,
 )
 
+pytestmark = pytest.mark.slow  # end to end: real faces, renders, the referee on every frame
+
 FOLLOWS = 0.6  # r of the referee's gap against the speech envelope (the bound)
 # r of the referee's gap, live against whole file: live looks one frame ahead where a
 # whole file looks three (co-articulation) and takes its loudness reference from a 4 s
