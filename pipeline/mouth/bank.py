@@ -134,7 +134,8 @@ def build_bank(
             flags=cv2.INTER_AREA,
             borderMode=cv2.BORDER_REPLICATE,
         )
-        arrays[f"crop/{k:06d}"] = np.frombuffer(encode_frame(crop), np.uint8)
+        # the crops keep the codec the bank stage was made with (full chroma)
+        arrays[f"crop/{k:06d}"] = np.frombuffer(encode_frame(crop, "jpeg-q95-444"), np.uint8)
         shapes[k] = mouth_shape(landmarks[i], m)
         lips[k] = apply(m, landmarks[i][list(LIPS)])
         progress(k + 1, len(faces))

@@ -170,6 +170,11 @@ class BankMouths:
         self._geometries[idx] = got
         return got
 
+    def source(self, t: int, idx: int) -> tuple[int, int, int, int] | None:
+        """The box `patch(t, idx, frame)` reads and covers, or None when it returns None."""
+        geometry = self._geometry(idx)
+        return None if geometry is None or t >= self.entries.size else geometry[0]
+
     # 3. warp, match, blend
     def patch(self, t: int, idx: int, frame: np.ndarray) -> MouthPatch | None:
         import cv2

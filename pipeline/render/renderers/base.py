@@ -18,6 +18,12 @@ box is the stored frame, bit for bit. The render loop pastes it (`paste`) into a
 it owns, or converts just that rectangle into whatever frame format it encodes; it
 never needs a renderer's copy of the whole frame. `render_batch` and `render_owned`
 are `paste` over `render_patches`.
+
+**What it reads** (`mouth_source`, with `render_patches`: `MouthRenderer`). The hot path
+keeps frames in I420 from the store to the encoder (render/compose.py); a renderer that
+names the rectangle of the stored frame its patch reads and covers gets only that
+rectangle converted to RGB (the `frames` it is given are valid there alone), and its
+patch alone is converted back. A renderer without it gets whole RGB frames.
 """
 
 from __future__ import annotations
@@ -67,6 +73,19 @@ def paste(frame: np.ndarray, patch: MouthPatch | None, inplace: bool = False) ->
         x1, y1, x2, y2 = patch.box
         out[y1:y2, x1:x2] = patch.pixels
     return out
+
+
+@runtime_checkable
+class MouthRenderer(Protocol):
+    def mouth_source(self, t: int, idx: int) -> tuple[int, int, int, int] | None:
+        """The box [x1, y1, x2, y2] (inside the frame) of stored frame idx that output
+        frame t's patch reads and covers, or None when frame t has no patch."""
+
+    def render_patches(
+        self, ts: Sequence[int], idxs: Sequence[int], frames: Sequence[np.ndarray]
+    ) -> list[MouthPatch | None]:
+        """Each output frame's `MouthPatch` (or None), reading `frames` (RGB uint8, full
+        size) only inside its `mouth_source`."""
 
 
 def fit_mask(mask: np.ndarray, box: Sequence[int]) -> np.ndarray:

@@ -189,6 +189,33 @@ class WarpRenderer:
     def render(self, t: int, idx: int, frame: np.ndarray, inplace: bool = False) -> np.ndarray:
         return paste(frame, self.patch(t, idx, frame), inplace)
 
+    def mouth_source(self, t: int, idx: int) -> tuple[int, int, int, int] | None:
+        """The rectangle of stored frame idx that `patch(t, idx, ...)` reads and covers
+        (base.py: `MouthRenderer`), or None when it returns None: the hot path converts
+        only this rectangle of the stored I420 frame to RGB."""
+        if self._assets is None:
+            raise RuntimeError("WarpRenderer.render() before prepare()")
+        if self._bank is not None:
+            return self._bank.source(t, int(idx))
+        o = float(self._open[t]) if t < self._open.size else 0.0
+        plan = self._plan(int(idx))
+        if plan is None or o <= 1e-3:
+            return None
+        # the remap's source, and the lips Style.of reads for the interior's colours
+        lips = np.asarray(self._assets.landmarks[idx], np.float32)[48:60]
+        if not np.isfinite(lips).all():
+            return plan.src
+        a = self._assets
+        x1, y1 = (np.floor(lips.min(0)).astype(int) - 2).tolist()
+        x2, y2 = (np.ceil(lips.max(0)).astype(int) + 3).tolist()
+        sx1, sy1, sx2, sy2 = plan.src
+        return (
+            max(min(sx1, x1), 0),
+            max(min(sy1, y1), 0),
+            min(max(sx2, x2), a.width),
+            min(max(sy2, y2), a.height),
+        )
+
     def patch(self, t: int, idx: int, frame: np.ndarray) -> MouthPatch | None:
         """Output frame t's mouth rectangle, drawn over stored frame idx (`frame`, which
         is only read); None: the stored frame is shown as it is."""
