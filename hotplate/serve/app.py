@@ -17,6 +17,7 @@ from fastapi.staticfiles import StaticFiles
 from hotplate.serve import problems
 from hotplate.serve.config import ServeConfig
 from hotplate.serve.guard import Guard, Policy
+from hotplate.serve.metrics import Metrics, RequestTimer
 from hotplate.serve.problems import Problem
 from hotplate.serve.queue import JobQueue
 from hotplate.serve.records import Job, JobRecords, claim_data_dir, new_id
@@ -30,7 +31,7 @@ FORM_OVERHEAD = 64 << 10  # multipart boundaries and the small fields
 class Service:
     """What the routes share: config, the store handle, job records and the queue."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, metrics: Metrics | None = None) -> None:
         from cachestore.store import open_store
 
         self.config, s = config, config.settings
@@ -47,7 +48,16 @@ class Service:
             "models": s.models,
             "loop": s.loop,
         }
-        self.queue = JobQueue(self.records, worker_settings, config.workers, config.queue_size)
+        self.metrics = metrics or Metrics()
+        self.queue = JobQueue(
+            self.records, worker_settings, config.workers, config.queue_size, self.metrics
+        )
+        self.metrics.watch(
+            lambda: len(self.queue.workers),
+            lambda: len(self.queue.running),
+            self.queue.depth,
+            self.store,
+        )
 
     def recipe_for_backend(self, backend: str) -> Any:
         """The settings' recipe with what `backend` implies (the worker adds persona.toml's),
@@ -75,7 +85,7 @@ class Service:
 def create_app(config: ServeConfig) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        service = Service(config)
+        service = Service(config, metrics)
         app.state.service = service
         await service.queue.start()
         retention = config.retention_hours * 3600
@@ -99,7 +109,9 @@ def create_app(config: ServeConfig) -> FastAPI:
     app.state.config = config
     app.state.policy = policy = policy_of(config)
     problems.install(app)
-    # The guard is the outermost layer but for CORS (preflights carry no token).
+    app.state.metrics = metrics = Metrics()
+    # The guard is the outermost layer but for CORS (preflights carry no token) and the
+    # timer (a refused request is a request too).
     app.add_middleware(Guard, policy=policy)
     if config.allow_origins:
         from fastapi.middleware.cors import CORSMiddleware
@@ -111,6 +123,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             allow_headers=["authorization"],
             expose_headers=["x-request-id", "location", "x-hotplate-job", "x-hotplate-cache"],
         )
+    app.add_middleware(RequestTimer, metrics=metrics)
 
     app.include_router(page.router)
     app.mount("/static", StaticFiles(directory=str(page.STATIC)), name="static")

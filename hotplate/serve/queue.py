@@ -8,22 +8,17 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
+from hotplate.serve.metrics import Metrics
 from hotplate.serve.problems import Problem
 from hotplate.serve.records import Job, JobRecords, remove, snapshot
 from hotplate.serve.workers import RenderWorker
 
 
-@dataclass
-class Stats:
-    """What /metrics reports about jobs since the server started."""
-
-    finished: dict[str, int] = field(default_factory=dict)  # state -> count
-    render_seconds: list[float] = field(default_factory=list)
-    jit_seconds: list[float] = field(default_factory=list)
-    recent: deque = field(default_factory=lambda: deque(maxlen=20))  # for Retry-After
+def priority_of(kind: str) -> str:
+    """An editor's render, stream or live session goes before a background precompile."""
+    return "background" if kind == "precompile" else "editor"
 
 
 class JobQueue:
@@ -31,7 +26,12 @@ class JobQueue:
     wakes whoever waits on it (the one-shot route, the SSE stream)."""
 
     def __init__(
-        self, records: JobRecords, worker_settings: dict[str, Any], workers: int, size: int
+        self,
+        records: JobRecords,
+        worker_settings: dict[str, Any],
+        workers: int,
+        size: int,
+        metrics: Metrics,
     ) -> None:
         self.records, self.worker_settings = records, worker_settings
         self.n_workers, self.size = workers, size
@@ -41,7 +41,8 @@ class JobQueue:
         self.workers: list[RenderWorker] = []
         self.running: dict[str, RenderWorker] = {}
         self.ready = False
-        self.stats = Stats()
+        self.metrics = metrics
+        self.recent: deque[float] = deque(maxlen=20)  # service seconds, for Retry-After
         self.threads = ThreadPoolExecutor(max_workers=workers + 1, thread_name_prefix="render")
         self.tasks: list[asyncio.Task] = []
 
@@ -87,8 +88,15 @@ class JobQueue:
 
     def retry_after(self) -> int:
         """Seconds until a queue slot is likely free: the recent mean job time per worker."""
-        mean = sum(self.stats.recent) / len(self.stats.recent) if self.stats.recent else 5.0
+        mean = sum(self.recent) / len(self.recent) if self.recent else 5.0
         return max(1, math.ceil(mean * self.queue.qsize() / self.n_workers))
+
+    def depth(self, priority: str | None = None) -> int:
+        """Jobs waiting for a worker (of one priority: "editor" or "background")."""
+        waiting = [job for job, _, _ in list(self.queue._queue) if job.state == "queued"]
+        if priority is None:
+            return len(waiting)
+        return sum(priority_of(job.kind) == priority for job in waiting)
 
     def get(self, job_id: str) -> Job | None:
         return self.live.get(job_id) or self.records.get(job_id)
@@ -127,6 +135,7 @@ class JobQueue:
             if job.state != "queued":  # cancelled while it waited
                 continue
             job.state, job.started = "running", time.time()
+            self.metrics.queue_wait.labels(job.kind).observe(job.started - job.created)
             self.records.save(job)
             await self._notify()
             self.running[job.id] = worker
@@ -206,14 +215,25 @@ class JobQueue:
             remove(job.video)
             job.video = None
         else:
-            self.stats.render_seconds.append(job.total_seconds)
-            self.stats.recent.append(job.finished - (job.started or job.created))
-            if job.jit and job.jit_seconds:
-                self.stats.jit_seconds.append(job.jit_seconds)
-        self.stats.finished[state] = self.stats.finished.get(state, 0) + 1
+            self._measure(job)
+        self.metrics.renders.labels(state).inc()
         self.live.pop(job.id, None)
         self.records.save(job)
         await self._notify()
+
+    def _measure(self, job: Job) -> None:
+        """A finished job's figures: service time (for Retry-After) and the histograms."""
+        m = self.metrics
+        service = job.finished - (job.started or job.created)
+        self.recent.append(service)
+        m.render_seconds.observe(job.total_seconds)
+        jit = job.jit_seconds if job.jit and job.jit_seconds else 0.0
+        if job.jit:
+            m.jit.inc()
+            m.jit_seconds.observe(jit)
+        rendering = service - jit
+        if job.kind != "precompile" and job.audio_seconds and rendering > 0:
+            m.realtime_factor.labels(job.kind, job.backend).observe(job.audio_seconds / rendering)
 
     async def sweep(self, retention_s: float, every_s: float, now: Callable[[], float]) -> None:
         """Delete expired outputs every `every_s` seconds, for as long as the server runs."""

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
 from hotplate.serve.deps import Config, Svc
-from hotplate.serve.metrics import render_metrics
+from hotplate.serve.metrics import MEDIA_TYPE
 
 router = APIRouter(tags=["health"])
 
@@ -32,7 +32,5 @@ def readyz(svc: Svc) -> JSONResponse:
 
 @router.get("/metrics", response_class=Response)
 def metrics(svc: Svc) -> Response:
-    return Response(
-        render_metrics(svc.queue, svc.store),
-        media_type="text/plain; version=0.0.4; charset=utf-8",
-    )
+    """Prometheus text format (see hotplate/serve/metrics.py for the families)."""
+    return Response(svc.metrics.render(), media_type=MEDIA_TYPE)
