@@ -28,6 +28,40 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class Duration(click.ParamType):
+    """24h, 30m, 90s, 500ms or plain seconds; 'off' where the option allows it."""
+
+    name = "DURATION"
+
+    def __init__(self, allow_off: bool = False) -> None:
+        self.allow_off = allow_off
+
+    def convert(self, value, param, ctx):
+        from hotplate.serve.config import seconds
+
+        try:
+            parsed = seconds(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if parsed is None and not self.allow_off:
+            self.fail(f"{value!r}: this option needs a duration, e.g. 60s", param, ctx)
+        return str(value).strip()
+
+
+DURATION = Duration()
+
+
+def size_option(text: str | None, flag: str) -> int | None:
+    from cachestore.space import parse_size
+
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=flag) from None
+
+
 def read_tokens(path: Path) -> tuple[str, ...]:
     """The tokens in a file, one per line (blank lines and # comments skipped)."""
     lines = (line.strip() for line in path.read_text().splitlines())
@@ -104,11 +138,20 @@ def read_tokens(path: Path) -> tuple[str, ...]:
     help="Longest audio clip (422 above it; checked before the clip is decoded whole).",
 )
 @click.option(
-    "--retention-hours",
-    type=click.FloatRange(min=0),
+    "--keep-videos",
+    type=DURATION,
+    envvar="HOTPLATE_KEEP_VIDEOS",
+    show_envvar=True,
     cls=FieldDefault,
-    field="hotplate.serve.config:ServeConfig.retention_hours",
-    help="Hours a finished render's video is kept; its record stays, marked expired.",
+    field="hotplate.serve.config:ServeConfig.keep_videos",
+    help="How long a finished video stays on disk (24h, 30m, 90s); then it answers 410 "
+    "and its record goes after as long again (404).",
+)
+@click.option(
+    "--max-data-size",
+    metavar="SIZE",
+    help="Cap on the data dir (videos, uploads, records), e.g. 20G: past it the oldest "
+    "videos are deleted first.  [default: no cap]",
 )
 @click.option(
     "--data",
@@ -146,7 +189,8 @@ def serve(
     allowed_host: tuple[str, ...],
     max_upload_mb: float,
     max_audio_seconds: float,
-    retention_hours: float,
+    keep_videos: str,
+    max_data_size: str | None,
     data: Path | None,
 ) -> None:
     """Serve lip-sync renders over HTTP, with a page for editors at /.
@@ -195,7 +239,8 @@ def serve(
         allow_origins=allow_origin,
         max_upload_bytes=int(max_upload_mb * 1e6),
         max_audio_seconds=max_audio_seconds,
-        retention_hours=retention_hours,
+        keep_videos=keep_videos,
+        max_data_size=size_option(max_data_size, "--max-data-size"),
         data_dir=data,
     )
     if ray_address is not None:  # the same app and config, as replicas on a Ray cluster

@@ -15,12 +15,12 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from hotplate.serve import problems
-from hotplate.serve.config import ServeConfig
+from hotplate.serve.config import ServeConfig, seconds
 from hotplate.serve.guard import Guard, Policy
 from hotplate.serve.metrics import Metrics, RequestTimer
 from hotplate.serve.problems import Problem
 from hotplate.serve.queue import JobQueue
-from hotplate.serve.records import Job, JobRecords, claim_data_dir, new_id
+from hotplate.serve.records import Job, JobRecords, Retention, claim_data_dir, new_id
 from hotplate.serve.routes import access, catalog, docs, health, page, renders, stream
 
 __all__ = ["ServeConfig", "Service", "create_app"]
@@ -50,7 +50,12 @@ class Service:
         }
         self.metrics = metrics or Metrics()
         self.queue = JobQueue(
-            self.records, worker_settings, config.workers, config.queue_size, self.metrics
+            self.records,
+            worker_settings,
+            config.workers,
+            config.queue_size,
+            self.metrics,
+            Retention(seconds(config.keep_videos), config.data, config.max_data_size),
         )
         self.metrics.watch(
             lambda: len(self.queue.workers),
@@ -88,10 +93,7 @@ def create_app(config: ServeConfig) -> FastAPI:
         service = Service(config, metrics)
         app.state.service = service
         await service.queue.start()
-        retention = config.retention_hours * 3600
-        sweep = asyncio.create_task(
-            service.queue.sweep(retention, min(60.0, max(retention / 4, 0.5)), time.time)
-        )
+        sweep = asyncio.create_task(service.queue.sweep())
         try:
             yield
         finally:

@@ -12,7 +12,7 @@ from typing import Any
 
 from hotplate.serve.metrics import Metrics
 from hotplate.serve.problems import Problem
-from hotplate.serve.records import Job, JobRecords, remove, snapshot
+from hotplate.serve.records import Job, JobRecords, Retention, remove, snapshot
 from hotplate.serve.workers import RenderWorker
 
 
@@ -32,6 +32,7 @@ class JobQueue:
         workers: int,
         size: int,
         metrics: Metrics,
+        retention: Retention,
     ) -> None:
         self.records, self.worker_settings = records, worker_settings
         self.n_workers, self.size = workers, size
@@ -43,6 +44,7 @@ class JobQueue:
         self.ready = False
         self.metrics = metrics
         self.recent: deque[float] = deque(maxlen=20)  # service seconds, for Retry-After
+        self.retention = retention
         self.threads = ThreadPoolExecutor(max_workers=workers + 1, thread_name_prefix="render")
         self.tasks: list[asyncio.Task] = []
 
@@ -219,6 +221,8 @@ class JobQueue:
         self.metrics.renders.labels(state).inc()
         self.live.pop(job.id, None)
         self.records.save(job)
+        if state == "done" and self.retention.max_bytes is not None:
+            await asyncio.to_thread(self._retain, None)
         await self._notify()
 
     def _measure(self, job: Job) -> None:
@@ -235,8 +239,19 @@ class JobQueue:
         if job.kind != "precompile" and job.audio_seconds and rendering > 0:
             m.realtime_factor.labels(job.kind, job.backend).observe(job.audio_seconds / rendering)
 
-    async def sweep(self, retention_s: float, every_s: float, now: Callable[[], float]) -> None:
-        """Delete expired outputs every `every_s` seconds, for as long as the server runs."""
+    async def sweep(self, now: Callable[[], float] = time.time) -> None:
+        """Apply the retention rules now and then (a tenth of --keep-videos, at least
+        every minute; the size cap is also checked as each video is finished), for as
+        long as the server runs."""
+        keep = self.retention
         while True:
-            self.records.expire(now() - retention_s)
-            await asyncio.sleep(every_s)
+            await asyncio.to_thread(self._retain, now())
+            await asyncio.sleep(min(60.0, max(keep.keep_s / 10, 0.2)))
+
+    def _retain(self, now: float | None) -> None:
+        """Apply the retention rules (by age unless `now` is None) and count what went."""
+        keep, m = self.retention, self.metrics
+        if now is not None:
+            m.expired.labels("age").inc(self.records.expire(now, keep.keep_s)[0])
+        if keep.max_bytes is not None:
+            m.expired.labels("size").inc(self.records.trim(keep.data, keep.max_bytes))
