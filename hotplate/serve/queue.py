@@ -12,7 +12,7 @@ from typing import Any
 
 from hotplate.serve.metrics import Metrics
 from hotplate.serve.problems import Problem
-from hotplate.serve.records import Job, JobRecords, Retention, remove, snapshot
+from hotplate.serve.records import CANCELLABLE, Job, JobRecords, Retention, remove, snapshot
 from hotplate.serve.workers import RenderWorker
 
 
@@ -103,14 +103,19 @@ class JobQueue:
     def get(self, job_id: str) -> Job | None:
         return self.live.get(job_id) or self.records.get(job_id)
 
-    async def cancel(self, job: Job) -> None:
+    async def cancel(self, job: Job, reason: str = "cancelled by a DELETE request") -> bool:
         """Cancel a queued or running job: a running one's worker is killed (the pool
-        starts another) and its partial output removed."""
+        starts another) and its partial output removed. A job that has finished is left
+        as it is (a cancel that lands after "done" must not delete the video); returns
+        whether it was cancelled."""
+        if job.state not in CANCELLABLE:
+            return False
         worker = self.running.get(job.id)
         job.state = "cancelled"  # first: the dispatcher then ignores what the worker says
         if worker is not None:  # kill the process running this job, never its replacement
             await asyncio.get_running_loop().run_in_executor(None, worker.kill, worker.process)
-        await self._finish(job, "cancelled", error="cancelled by a DELETE request", status=499)
+        await self._finish(job, "cancelled", error=reason, status=499)
+        return True
 
     async def wait(self, job: Job, seen: tuple, timeout: float) -> None:
         """Return once the job's state or progress differs from `seen`, or after timeout."""

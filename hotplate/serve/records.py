@@ -24,6 +24,7 @@ from cachestore.atomic import temps_of
 from cachestore.flight import Holder
 
 FINISHED = ("done", "failed", "cancelled", "expired")
+CANCELLABLE = ("queued", "running")
 
 
 @dataclass
@@ -260,5 +261,7 @@ def snapshot(job: Job) -> tuple:
     return (job.state, job.step, job.done, job.total)
 
 
-def new_id() -> str:
-    return secrets.token_hex(8)
+def new_id(prefix: str = "") -> str:
+    """A job id; `prefix` names the server that owns the job (a Ray replica's tag, so
+    that any replica can route the job's requests to it)."""
+    return f"{prefix}-{secrets.token_hex(8)}" if prefix else secrets.token_hex(8)
