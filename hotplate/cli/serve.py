@@ -51,6 +51,26 @@ class Duration(click.ParamType):
 DURATION = Duration()
 
 
+class Workers(click.ParamType):
+    """A count of workers, or 'auto'."""
+
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if str(value).strip().lower() == "auto":
+            return "auto"
+        try:
+            n = int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a number of workers or 'auto'", param, ctx)
+        if n < 1:
+            self.fail(f"{n} workers: at least 1", param, ctx)
+        return n
+
+
+WORKERS = Workers()
+
+
 def size_option(text: str | None, flag: str) -> int | None:
     from cachestore.space import parse_size
 
@@ -79,17 +99,44 @@ def read_tokens(path: Path) -> tuple[str, ...]:
 )
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=WORKERS,
     cls=FieldDefault,
     field="hotplate.serve.config:ServeConfig.workers",
-    help="Render worker processes; each loads the models once and keeps them.",
+    help="Render worker processes; each loads the models once and keeps them. 'auto': "
+    "from the usable cores and the renderer (warp: one per 2 cores; musetalk: 1).",
 )
 @click.option(
     "--queue-size",
     type=click.IntRange(min=1),
     cls=FieldDefault,
     field="hotplate.serve.config:ServeConfig.queue_size",
-    help="Jobs that may wait for a worker; beyond it requests get 429 with Retry-After.",
+    help="Most jobs that may wait for a worker, whatever the estimates; beyond it 503.",
+)
+@click.option(
+    "--max-wait",
+    type=Duration(allow_off=True),
+    envvar="HOTPLATE_MAX_WAIT",
+    show_envvar=True,
+    cls=FieldDefault,
+    field="hotplate.serve.config:ServeConfig.max_wait",
+    help="Admission: a request a worker is not expected to start within this (from the "
+    "queue and measured service times) is refused at once, 503 with Retry-After (a live "
+    "session: close code 1013). 'off': queue everything up to --queue-size.",
+)
+@click.option(
+    "--max-per-client",
+    type=click.IntRange(min=1),
+    help="Workers one client (one token) may hold at once.  [default: all but one when "
+    "there are several workers and several tokens; else all]",
+)
+@click.option(
+    "--drain-timeout",
+    type=DURATION,
+    cls=FieldDefault,
+    field="hotplate.serve.config:ServeConfig.drain_timeout",
+    help="On SIGTERM: admit nothing more (503, /readyz not ready), let renders and streams "
+    "in flight finish for up to this, then exit 0. A second SIGTERM, or SIGINT, stops at "
+    "once (jobs recorded as interrupted, partial files removed).",
 )
 @click.option(
     "--token-file",
@@ -180,8 +227,11 @@ def serve(
     per_node: int | None,
     host: str,
     port: int,
-    workers: int,
+    workers: int | str,
     queue_size: int,
+    max_wait: str,
+    max_per_client: int | None,
+    drain_timeout: str,
     token_file: Path | None,
     admin_token_file: Path | None,
     public_metrics: bool,
@@ -226,10 +276,17 @@ def serve(
 
     settings = ctx.find_object(Settings)
     attach(settings.cache, settings.remote)  # the render workers pull and push through it
+    if workers == "auto":
+        from hotplate.serve.config import auto_workers
+
+        workers = auto_workers(settings.renderer)
     config = ServeConfig(
         settings=settings,
         workers=workers,
         queue_size=queue_size,
+        max_wait=max_wait,
+        max_per_client=max_per_client,
+        drain_timeout=drain_timeout,
         token=token,
         tokens=tokens,
         admin_token=admin,

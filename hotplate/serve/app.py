@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from hotplate.serve import problems
+from hotplate.serve.admission import Admission
 from hotplate.serve.config import ServeConfig, seconds
 from hotplate.serve.guard import Guard, Policy
 from hotplate.serve.metrics import Metrics, RequestTimer
@@ -56,6 +57,8 @@ class Service:
             config.queue_size,
             self.metrics,
             Retention(seconds(config.keep_videos), config.data, config.max_data_size),
+            max_wait=seconds(config.max_wait),
+            cap=config.per_client_cap,
         )
         self.metrics.watch(
             lambda: len(self.queue.workers),
@@ -114,6 +117,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     app.state.metrics = metrics = Metrics()
     # The guard is the outermost layer but for CORS (preflights carry no token) and the
     # timer (a refused request is a request too).
+    app.add_middleware(Admission)  # inside the guard: it needs to know the client
     app.add_middleware(Guard, policy=policy)
     if config.allow_origins:
         from fastapi.middleware.cors import CORSMiddleware

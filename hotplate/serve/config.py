@@ -34,6 +34,28 @@ def seconds(text: str | float | None) -> float | None:
     return value
 
 
+# Cores one render keeps busy (docs/DESIGN.md, "Capacity"): warp's render_video runs
+# decode, render and encode as three threads, about two cores' worth at 1080x1920 (1.8x
+# real time on 2 idle cores, bench_stream); musetalk's torch uses every core by itself.
+CORES_PER_RENDER = {"warp": 2}
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a cgroup or taskset sets)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def auto_workers(renderer: str, cores: int | None = None) -> int:
+    """`--workers auto`: as many workers as renders the cores hold at full speed."""
+    cores = usable_cores() if cores is None else cores
+    return max(1, cores // CORES_PER_RENDER.get(renderer, cores))
+
+
 @dataclass
 class ServeConfig:
     settings: Settings

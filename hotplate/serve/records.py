@@ -23,7 +23,7 @@ from typing import Any
 from cachestore.atomic import temps_of
 from cachestore.flight import Holder
 
-FINISHED = ("done", "failed", "cancelled", "expired")
+FINISHED = ("done", "failed", "cancelled", "expired", "interrupted")
 CANCELLABLE = ("queued", "running")
 
 
@@ -95,6 +95,7 @@ class JobRecords:
     """The jobs table, one SQLite file; safe to call from any thread."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")

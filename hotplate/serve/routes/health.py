@@ -19,13 +19,18 @@ def healthz(config: Config) -> dict:
 
 @router.get("/readyz")
 def readyz(svc: Svc) -> JSONResponse:
-    """Ready when every render worker has started and the store opens."""
-    ready = svc.queue.ready and all(w.process.is_alive() for w in svc.queue.workers)
+    """Ready when every render worker has started and the store opens; not ready while
+    the server drains (after SIGTERM), so a load balancer sends new work elsewhere."""
+    queue = svc.queue
+    draining = queue.draining_until is not None
+    ready = queue.ready and not draining and all(w.process.is_alive() for w in queue.workers)
     body = {
         "ready": ready,
-        "workers": len(svc.queue.workers),
-        "worker_pids": [w.process.pid for w in svc.queue.workers],
-        "queued": svc.queue.queue.qsize(),
+        "draining": draining,
+        "workers": len(queue.workers),
+        "worker_pids": [w.process.pid for w in queue.workers],
+        "queued": queue.depth(),
+        "running": len(queue.running),
     }
     return JSONResponse(body, status_code=200 if ready else 503)
 
