@@ -262,8 +262,6 @@ def serve(
         )
     import logging
 
-    import uvicorn
-
     # The guard's refusals and every problem's full detail, by request id (stderr).
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -315,4 +313,9 @@ def serve(
         f"hotplate serve: http://{host}:{port}/ ({workers} worker(s), store {settings.cache}, "
         f"jobs in {config.data})"
     )
-    uvicorn.run(create_app(config), host=host, port=port, log_level="info", access_log=False)
+    from hotplate.serve.config import seconds
+    from hotplate.serve.drain import run
+
+    status = run(create_app(config), host, port, seconds(drain_timeout))
+    if status:
+        ctx.exit(status)

@@ -17,7 +17,10 @@ ingress, one app per replica, each with its render workers and models kept loade
   for an operator reading logs.
 
 Routes, auth and limits are the app's own; `/readyz` answers from a replica whose
-workers are up, and Serve sends traffic only to replicas whose start finished.
+workers are up, and Serve sends traffic only to replicas whose start finished. A replica
+being stopped (SIGTERM to `hotplate serve --ray`, a redeploy, a downscale) drains through
+Serve's graceful shutdown: no new requests, the ongoing ones finish, then the app's
+lifespan waits for its queued jobs for up to --drain-timeout.
 """
 
 from __future__ import annotations
@@ -145,6 +148,11 @@ def application(
         # a replica takes what its workers can run (plus one being handed over); the rest
         # wait in Serve, which sends them to whichever replica frees up first
         max_ongoing_requests=options.get("workers", 1) + 1,
+        # a replica being stopped drains as `hotplate serve` does on SIGTERM: Serve sends
+        # it nothing new and waits for its requests, then its lifespan waits for its
+        # queued jobs (--drain-timeout), plus time to stop the workers
+        graceful_shutdown_wait_loop_s=1.0,
+        graceful_shutdown_timeout_s=drain_seconds(options) + 15.0,
         **scaling,
     )
     @serve.ingress(build)
@@ -152,6 +160,12 @@ def application(
         pass
 
     return Hotplate.bind()
+
+
+def drain_seconds(options: dict[str, Any]) -> float:
+    from hotplate.serve.config import ServeConfig, seconds
+
+    return seconds(options.get("drain_timeout", ServeConfig.drain_timeout)) or 0.0
 
 
 def connect(address: str) -> None:

@@ -101,7 +101,12 @@ def create_app(config: ServeConfig) -> FastAPI:
             yield
         finally:
             sweep.cancel()
-            await service.queue.stop()
+            queue = service.queue
+            if queue.draining_until is None:  # not drained by a signal (a Ray replica's stop)
+                drain_s = seconds(config.drain_timeout)
+                queue.draining_until = time.monotonic() + drain_s
+                await queue.drained(drain_s)
+            await queue.stop()
 
     app = FastAPI(
         title="hotplate",

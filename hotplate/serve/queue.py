@@ -26,7 +26,15 @@ from hotplate.serve.admission import (
 )
 from hotplate.serve.metrics import Metrics
 from hotplate.serve.problems import Problem
-from hotplate.serve.records import CANCELLABLE, Job, JobRecords, Retention, remove, snapshot
+from hotplate.serve.records import (
+    CANCELLABLE,
+    Job,
+    JobRecords,
+    Retention,
+    remove,
+    snapshot,
+    sweep_orphans,
+)
 from hotplate.serve.workers import RenderWorker
 
 Entry = tuple[Job, dict, Any]  # a job, its request's fields, its recipe
@@ -76,6 +84,8 @@ class JobQueue:
         self.ready = True
 
     async def stop(self) -> None:
+        """The clean end (after a drain, or when the app shuts down): workers asked to
+        exit, and what is left recorded as interrupted, its files removed."""
         self.ready = False
         for task in self.tasks:
             task.cancel()
@@ -83,12 +93,45 @@ class JobQueue:
         await asyncio.gather(
             *(loop.run_in_executor(None, w.stop) for w in self.workers), return_exceptions=True
         )
-        for job in list(self.live.values()):  # a clean stop fails what is left, as a crash would
-            job.state, job.status, job.finished = "failed", 503, time.time()
-            job.error = "the server stopped before this job finished; submit it again"
-            remove(job.audio, job.video)
-            self.records.save(job)
+        self._interrupted("the server stopped before this job finished")
         self.threads.shutdown(wait=False, cancel_futures=True)
+
+    async def drained(self, timeout: float) -> bool:
+        """Wait until no job is queued or running and no admitted request is still being
+        answered (the last bytes of a stream, a blocking render's MP4), for up to
+        `timeout` seconds; returns whether that happened."""
+        async with self.changed:
+            try:
+                await asyncio.wait_for(
+                    self.changed.wait_for(lambda: not self.live and self.in_flight <= 0),
+                    timeout,
+                )
+                return True
+            except TimeoutError:
+                return False
+
+    def interrupt(self, why: str) -> int:
+        """Stop now (a second signal): kill every worker, record the jobs they ran or
+        would have run as interrupted and remove their files; returns how many."""
+        self.ready = False
+        for task in self.tasks:
+            task.cancel()
+        for worker in self.workers:
+            worker.kill()
+        return self._interrupted(why)
+
+    def _interrupted(self, why: str) -> int:
+        left = list(self.live.values())
+        for job in left:
+            job.state, job.status, job.finished = "interrupted", 503, time.time()
+            job.error = f"{why}; submit it again"
+            remove(job.audio, job.video, job.audio and job.audio + ".part")
+            job.audio = job.video = None
+            self.metrics.renders.labels("interrupted").inc()
+            self.live.pop(job.id, None)
+            self.records.save(job)
+        sweep_orphans(self.retention.data)  # uploads still arriving, partial videos
+        return len(left)
 
     # -- submitting and cancelling ----------------------------------------------------
 

@@ -245,10 +245,10 @@ def claim_data_dir(data: Path) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(Holder.me().record()).encode(), 0)
     _CLAIMED[real] = fd
-    _sweep_orphans(data)
+    sweep_orphans(data)
 
 
-def _sweep_orphans(data: Path) -> None:
+def sweep_orphans(data: Path) -> None:
     """Files no live job owns: at start every upload is a dead server's, and so is every
     partial video (`.<id>.mp4.tmp-*`)."""
     for path in (data / "uploads").glob("*"):
