@@ -173,7 +173,7 @@ class JobQueue:
         """Seconds until a worker would start a new job of `kind` from `client`."""
         now, editor = time.time(), priority_of(kind) == "editor"
         running = [
-            Slot(max(0.0, self._estimate(job) - (now - (job.started or now))), job.owner or "")
+            Slot(self._remaining(job, now), job.owner or "")
             for job in (self.live.get(jid) for jid in self.running)
             if job is not None
         ]
@@ -188,6 +188,14 @@ class JobQueue:
             if not editor or priority_of(t.kind) == "editor"
         ]
         return expected_start(running, ahead, client, self.n_workers, self.cap)
+
+    def _remaining(self, job: Job, now: float) -> float:
+        """Seconds a running job will still take: from its progress once it has some (a
+        job past its estimate is not about to end), else its estimate less what passed."""
+        elapsed, part = now - (job.started or now), job.fraction()
+        if part > 0.05:
+            return elapsed * (1 - part) / part
+        return max(0.0, self._estimate(job) - elapsed)
 
     def _estimate(self, job: Job) -> float:
         return self.times.estimate(job.kind, job.backend, job.audio_seconds)

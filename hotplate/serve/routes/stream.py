@@ -97,8 +97,12 @@ async def lip_sync_stream(
     job = await submit_render(svc, form, caller, kind="stream")
 
     async def body():
+        first = True
         try:
             async for seg in _segments(svc, job):
+                if first and seg[4:8] == b"moof":
+                    first = False
+                    svc.metrics.first_fragment.labels("stream").observe(time.time() - job.created)
                 yield seg
         finally:
             if job.state not in FINISHED:  # the client went away: stop the render
@@ -311,6 +315,9 @@ async def _send(ws: WebSocket, svc: Service, job: Job, timings: dict) -> None:
                     POLICY, f"the client read nothing for {SEND_TIMEOUT:g} s; dropped"
                 ) from None
             if seg[4:8] == b"moof":
+                if "first_fragment" not in timings and "first_audio" in timings:
+                    seconds = time.perf_counter() - timings["first_audio"]
+                    svc.metrics.first_fragment.labels("live").observe(seconds)
                 timings.setdefault("first_fragment", time.perf_counter())
                 timings["frames"] = timings.get("frames", 0) + fragment_samples(seg)
                 timings["fragments"] = timings.get("fragments", 0) + 1
