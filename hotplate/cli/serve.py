@@ -304,8 +304,13 @@ def serve(
         from hotplate.cluster.serve import deploy, run_forever
 
         options = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "settings"}
-        url = deploy(settings, options, ray_address, replicas, host, port, max_replicas, per_node)
-        return run_forever(url, click.echo)
+        return run_forever(
+            ray_address,
+            lambda: deploy(
+                settings, options, ray_address, replicas, host, port, max_replicas, per_node
+            ),
+            click.echo,
+        )
     from hotplate.serve.records import claim_data_dir
 
     claim_data_dir(config.data)  # before the port: a second server refuses in one line

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -210,20 +211,28 @@ def deploy(
     return f"http://{host}:{port}/"
 
 
-def run_forever(url: str, echo: Any) -> None:
-    """Block until Ctrl-C or SIGTERM, then take the app down (the cluster stays)."""
+def run_forever(address: str, start: Callable[[], str], echo: Any) -> None:
+    """Join the cluster, deploy (`start()` returns the URL), block until Ctrl-C or SIGTERM,
+    then take the app down gracefully (its replicas drain; the cluster stays). SIGTERM is
+    caught after ray.init (whose own handler would kill the process) and before the
+    deploy, so one that comes as soon as the app answers is a drain, never a kill."""
     import signal
 
+    import ray
     from ray import serve
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    if not ray.is_initialized():
+        connect(address)
     # SIGTERM (systemd, docker stop) takes the app down as Ctrl-C does
     signal.signal(signal.SIGTERM, stop)
-    echo(f"hotplate serve --ray: {url} (Ctrl-C or SIGTERM stops the app, not the cluster)")
     try:
+        url = start()
+        echo(f"hotplate serve --ray: {url} (Ctrl-C or SIGTERM stops the app, not the cluster)")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends the wait at once
         serve.delete(APP_NAME)
