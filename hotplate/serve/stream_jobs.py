@@ -61,48 +61,53 @@ def pcm_chunks(part: Path, idle_timeout: float = 120.0) -> Iterator[bytes]:
 
 
 class SegmentReader:
-    """Whole top-level MP4 boxes of a file that another process is appending to."""
+    """The segments of a fragmented MP4 that another process is appending to, one at a
+    time: a client that reads slowly makes its reader hold one segment, never the
+    backlog the render has made meanwhile."""
+
+    PAIRS = {b"ftyp": b"moov", b"moof": b"mdat"}  # a segment: the init, or one fragment
 
     def __init__(self, path: Path) -> None:
         self.path, self.offset = path, 0
         self.f = None
 
-    def read(self) -> list[bytes]:
-        """Boxes completed since the last call (init = ftyp+moov, moof+mdat, ...)."""
+    def read(self) -> bytes | None:
+        """The next whole segment (ftyp+moov, moof+mdat, or any other top-level box
+        alone) once every byte of it is in the file; None until then."""
         if self.f is None:
             try:
                 self.f = open(self.path, "rb")  # noqa: SIM115 - closed in close()
             except FileNotFoundError:
-                return []
-        out = []
-        while True:
-            self.f.seek(self.offset)
-            head = self.f.read(16)
-            if len(head) < 8:
-                break
-            size = struct.unpack(">I", head[:4])[0]
-            if size == 1 and len(head) == 16:
-                size = struct.unpack(">Q", head[8:16])[0]
-            if size < 8:
-                raise ValueError(f"{self.path} has a bad MP4 box at byte {self.offset}")
-            self.f.seek(self.offset)
-            box = self.f.read(size)
-            if len(box) < size:
-                break
-            out.append(box)
-            self.offset += size
-        # a moof travels with its mdat: hold a moof back until its mdat is in
-        if out and out[-1][4:8] == b"moof":
-            self.offset -= len(out.pop())
-        merged: list[bytes] = []
-        for box in out:
-            if merged and merged[-1][4:8] in (b"ftyp", b"moof") and box[4:8] in (b"moov", b"mdat"):
-                merged[-1] += box
-            else:
-                merged.append(box)
-        if merged and merged[-1][4:8] == b"ftyp":
-            self.offset -= len(merged.pop())
-        return merged
+                return None
+        size = os.fstat(self.f.fileno()).st_size
+        first = self._box_at(self.offset, size)
+        if first is None:
+            return None
+        kind, length = first
+        if kind in self.PAIRS:  # a moof travels with its mdat, ftyp with its moov
+            second = self._box_at(self.offset + length, size)
+            if second is None:
+                return None
+            length += second[1]
+        self.f.seek(self.offset)
+        segment = self.f.read(length)
+        self.offset += length
+        return segment
+
+    def _box_at(self, at: int, size: int) -> tuple[bytes, int] | None:
+        """(type, length) of the box starting at `at` if the file holds all of it."""
+        if size - at < 8:
+            return None
+        self.f.seek(at)
+        head = self.f.read(16)
+        length, kind = struct.unpack(">I4s", head[:8])
+        if length == 1:
+            if len(head) < 16:
+                return None
+            length = struct.unpack(">Q", head[8:16])[0]
+        if length < 8:
+            raise ValueError(f"{self.path} has a bad MP4 box at byte {at}")
+        return (kind, length) if at + length <= size else None
 
     def close(self) -> None:
         if self.f is not None:

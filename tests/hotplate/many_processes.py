@@ -106,8 +106,8 @@ def render_args(world: Path, out: Path, audio: str = "speech.wav") -> list[str]:
     ]
 
 
-def start_holder(world: Path) -> subprocess.Popen:
-    """A real precompile of the studio loop that holds its lock until killed."""
+def start_holder(world: Path, attire: str = "studio") -> subprocess.Popen:
+    """A real precompile of an attire's loop that holds its lock until killed."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -115,7 +115,7 @@ def start_holder(world: Path) -> subprocess.Popen:
             HOLDER,
             str(world / "personas"),
             str(world / "cache"),
-            str(world / "personas" / "astro" / "studio.mp4"),
+            str(world / "personas" / "astro" / f"{attire}.mp4"),
         ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -10,22 +10,32 @@ and `X-Hotplate-Events` (the job's SSE URL). JIT progress on a miss is that SSE 
 the page opens it when the headers arrive and shows the precompile's steps while the
 body has not started yet. A job that fails after the headers ends the body without its
 last chunk (the client sees a truncated transfer, never a short "valid" file), and the
-job's record says why. A client that goes away cancels the job.
+job's record says why. A client that goes away cancels the job, and so does one that
+leaves a segment unsent for SEND_TIMEOUT seconds (it is dropped): segments are read from
+the job's file one at a time, as the client takes them.
 
 `WS /v1/live`: first message, text JSON {"persona", "attire", "motion"?, "backend"?,
 "sample_rate", "channels", "format": "s16le"}; then binary PCM chunks of any size; then
 text {"type": "end"}. The server sends the init segment and fragments as binary
 messages as soon as they are made, then text {"type": "done", ...timings} or
 {"type": "error", "detail"} and closes. Limits: the upload limit in PCM bytes and the
-audio-seconds limit; a client that does not read a sent fragment within
-SEND_TIMEOUT seconds is dropped with an error (and its job stopped), so the server
-holds at most one fragment per client in memory.
+audio-seconds limit; input at least MIN_RATE of real time after RATE_SLACK seconds; the
+whole session at most the audio limit at real time plus GRACE; a client that does not
+read a sent fragment within SEND_TIMEOUT seconds is dropped with an error (and its job
+stopped), so the server holds at most one fragment per client in memory. A session the
+full queue refuses is closed with 1013 and leaves no job record. PCM is written off the
+event loop, so a slow disk delays only its own session.
 """
 
+from __future__ import annotations
+
 import asyncio
+import contextlib
 import json
+import logging
 import os
 import time
+from asyncio import FIRST_COMPLETED
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -41,15 +51,22 @@ from hotplate.serve.stream_jobs import PART, SegmentReader, fragment_samples
 
 Service = Any  # app.py's Service (deps.py says why it is not imported)
 router = APIRouter(tags=["renders"])
+log = logging.getLogger("hotplate.serve")
 
 POLL = 0.05  # s: longest wait between looks at the job's growing output
 START_TIMEOUT = 10.0  # s: for the first message of a live session
 IDLE_TIMEOUT = 30.0  # s: longest silence from a live client before it is dropped
-SEND_TIMEOUT = float(os.environ.get("HOTPLATE_LIVE_SEND_TIMEOUT", "10"))  # s
+# s: a client that leaves a segment unread this long is dropped (both streaming routes)
+SEND_TIMEOUT = float(os.environ.get("HOTPLATE_LIVE_SEND_TIMEOUT", "10"))
+# s: a live session lasts at most its audio limit at real time plus this (the render's
+# tail and the last fragments' trip)
+GRACE = float(os.environ.get("HOTPLATE_LIVE_GRACE", "30"))
+MIN_RATE, RATE_SLACK = 0.5, 5.0  # live input: at least half real time after the first 5 s
 SAMPLE_RATES = (8000, 192000)
 MAX_CHANNELS = 8
-# close codes (RFC 6455): policy (auth, Origin), unsupported data, too big, server error
-POLICY, UNSUPPORTED, TOO_BIG, INTERNAL = 1008, 1003, 1009, 1011
+# close codes (RFC 6455 and IANA's registry): policy (auth, Origin, timeouts), unsupported
+# data, too big, server error, try again later (the queue is full)
+POLICY, UNSUPPORTED, TOO_BIG, INTERNAL, TRY_LATER = 1008, 1003, 1009, 1011, 1013
 
 
 class StreamFailed(RuntimeError):
@@ -67,13 +84,17 @@ def _later(coro) -> None:
 
 
 async def _segments(svc: Service, job: Job):
-    """The job's output segments as they appear, until it finishes."""
+    """The job's output segments as they appear, one at a time, until it finishes: the
+    next is read only once the client has taken this one (a slow client holds back
+    disk bytes, never the backlog in memory)."""
     reader = SegmentReader(Path(job.video))
     try:
         while True:
             finished = job.state in FINISHED  # before reading: a done job's file is whole
-            for seg in await asyncio.to_thread(reader.read):
-                yield seg
+            segment = await asyncio.to_thread(reader.read)
+            if segment is not None:
+                yield segment
+                continue
             if finished:
                 if job.state != "done":
                     raise StreamFailed(job.error or f"the render was {job.state}")
@@ -81,6 +102,37 @@ async def _segments(svc: Service, job: Job):
             await svc.queue.wait(job, snapshot(job), POLL)
     finally:
         reader.close()
+
+
+class ClientStalled(Exception):
+    """The client read nothing for SEND_TIMEOUT seconds."""
+
+
+class SegmentStream(StreamingResponse):
+    """A StreamingResponse whose every send must complete within SEND_TIMEOUT: a client
+    that stops reading is dropped (`on_stalled()` is called, the body iterator closed,
+    and the response ends truncated: uvicorn closes the connection)."""
+
+    def __init__(self, content: Any, on_stalled: Any, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.on_stalled = on_stalled
+
+    async def stream_response(self, send: Any) -> None:
+        async def timed(message: dict) -> None:
+            try:
+                await asyncio.wait_for(send(message), SEND_TIMEOUT)
+            except TimeoutError:
+                self.on_stalled()
+                raise ClientStalled from None
+
+        try:
+            await super().stream_response(timed)
+        finally:
+            await self.body_iterator.aclose()  # now, not when the generator is collected
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        with contextlib.suppress(ClientStalled):  # said in one line by on_stalled
+            await super().__call__(scope, receive, send)
 
 
 @router.post(
@@ -95,21 +147,29 @@ async def lip_sync_stream(
 
     Headers: X-Hotplate-Job, X-Hotplate-Events (SSE progress, JIT included)."""
     job = await submit_render(svc, form, caller, kind="stream")
+    gone = ["the client went away"]  # why the render stops if the body ends early
 
     async def body():
         first = True
         try:
-            async for seg in _segments(svc, job):
-                if first and seg[4:8] == b"moof":
-                    first = False
-                    svc.metrics.first_fragment.labels("stream").observe(time.time() - job.created)
-                yield seg
+            async with contextlib.aclosing(_segments(svc, job)) as segments:
+                async for seg in segments:
+                    if first and seg[4:8] == b"moof":
+                        first = False
+                        seconds = time.time() - job.created
+                        svc.metrics.first_fragment.labels("stream").observe(seconds)
+                    yield seg
         finally:
             if job.state not in FINISHED:  # the client went away: stop the render
-                _later(svc.queue.cancel(job))
+                _later(svc.queue.cancel(job, gone[0]))
 
-    return StreamingResponse(
+    def stalled() -> None:
+        gone[0] = f"the client read nothing for {SEND_TIMEOUT:g} s; dropped"
+        log.info("stream %s: %s", job.id, gone[0])
+
+    return SegmentStream(
         body(),
+        stalled,
         media_type="video/mp4",
         headers={
             "X-Hotplate-Job": job.id,
@@ -164,8 +224,9 @@ async def live(ws: WebSocket) -> None:
     # token, Origin, Host and the byte budget were checked by the guard (guard.py)
     svc: Service = ws.app.state.service
     await ws.accept()
-    job: Job | None = None
+    job: Job | None = None  # once it is queued: a session refused before has no record
     part: Path | None = None
+    pcm: PcmFile | None = None
     timings: dict[str, float] = {}
     failure: str | None = "the live client went away"
     code: int | None = None  # close code for the error sent to the client
@@ -176,47 +237,46 @@ async def live(ws: WebSocket) -> None:
             raise LiveError(POLICY, f"no start message within {START_TIMEOUT:g} s") from None
         if first["type"] == "websocket.disconnect":
             return
+        started = asyncio.get_running_loop().time()
         start = _start_fields(first)
         backend = start.get("backend") or svc.config.settings.renderer
         try:
-            job = await asyncio.to_thread(
+            new = await asyncio.to_thread(
                 svc.new_job, "live", start["persona"], start["attire"], start.get("motion"), backend
             )
         except Problem as exc:
             raise LiveError(POLICY if exc.status != 404 else UNSUPPORTED, exc.detail) from None
-        job.owner = ws.scope.get("state", {}).get("client", LOCAL).id
+        new.owner = ws.scope.get("state", {}).get("client", LOCAL).id
         data = svc.config.data
-        part = data / "uploads" / f"{job.id}.pcm{PART}"
-        part.touch()
+        part = data / "uploads" / f"{new.id}.pcm{PART}"
         final = part.with_name(part.name.removesuffix(PART))
-        job.audio, job.video = str(final), str(data / "videos" / f"{job.id}.mp4")
+        new.audio, new.video = str(final), str(data / "videos" / f"{new.id}.mp4")
         fields = {
-            "persona": job.persona,
-            "attire": job.attire,
-            "motion": job.motion,
+            "persona": new.persona,
+            "attire": new.attire,
+            "motion": new.motion,
             "backend": backend,
             "pcm": str(part),
             "sample_rate": start["sample_rate"],
             "channels": start["channels"] if "channels" in start else 1,
-            "output": job.video,
+            "output": new.video,
         }
+        pcm = await PcmFile.create(part)
         try:
-            svc.queue.submit(job, fields, svc.recipe_for_backend(backend))
-        except Problem as exc:
-            raise LiveError(INTERNAL, exc.detail) from None
-        bytes_per_second = fields["sample_rate"] * fields["channels"] * 2
-        limit = min(
-            svc.config.max_upload_bytes, int(svc.config.max_audio_seconds * bytes_per_second)
-        )
-        receiver = asyncio.create_task(_receive(ws, part, limit, timings))
+            job = svc.queue.submit(new, fields, svc.recipe_for_backend(backend))
+        except Problem as exc:  # the queue is full: try again later (RFC 6455's 1013)
+            raise LiveError(TRY_LATER if exc.status == 503 else INTERNAL, exc.detail) from None
+        rate = Pace(fields["sample_rate"] * fields["channels"] * 2, started)
+        limit = min(svc.config.max_upload_bytes, int(svc.config.max_audio_seconds * rate.per_s))
+        # the whole session: its audio limit at real time, plus the render's tail
+        deadline = started + limit / rate.per_s + GRACE
+        receiver = asyncio.create_task(_receive(ws, pcm, limit, rate, timings))
         sender = asyncio.create_task(_send(ws, svc, job, timings))
-        done, _ = await asyncio.wait({receiver, sender}, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            if task.exception() is not None:
-                receiver.cancel()
-                sender.cancel()
-                raise task.exception()
-        await sender  # the receiver ended first (the end message): wait for the output
+        try:
+            await _until(deadline, deadline - started, receiver, sender)
+        finally:
+            receiver.cancel()
+            sender.cancel()
         await ws.send_text(json.dumps({"type": "done", **_timings(job, timings)}))
         failure = None
         await ws.close()
@@ -230,9 +290,34 @@ async def live(ws: WebSocket) -> None:
     finally:
         # first stop the job and clean up, then tell the client: once it sees the close,
         # nothing of the session is left
+        if pcm is not None:
+            await pcm.close()
         await _stop(svc, job, part, failure)
     if failure is not None and code is not None:
         await _error(ws, code, failure)
+
+
+async def _until(
+    deadline: float, seconds: float, receiver: asyncio.Task, sender: asyncio.Task
+) -> None:
+    """Wait for both tasks (the input ends first, then the output); raise the first
+    one's error, or LiveError once the session passes `deadline` (loop time; `seconds`
+    after its start)."""
+    loop = asyncio.get_running_loop()
+    pending = {receiver, sender}
+    while pending:
+        done, pending = await asyncio.wait(
+            pending, timeout=max(0.0, deadline - loop.time()), return_when=FIRST_COMPLETED
+        )
+        if not done:
+            raise LiveError(
+                POLICY,
+                f"the live session passed its {seconds:.0f} s limit (the audio limit at real "
+                "time plus a grace); send the audio as it is spoken",
+            )
+        for task in done:
+            if task.exception() is not None:
+                raise task.exception()
 
 
 async def _error(ws: WebSocket, code: int, detail: str) -> None:
@@ -246,61 +331,108 @@ async def _error(ws: WebSocket, code: int, detail: str) -> None:
 async def _stop(svc: Service, job: Job | None, part: Path | None, failure: str | None) -> None:
     """End the job if it still runs and leave no file behind: a session that failed
     keeps no video, and its record says why."""
-    if part is not None:
-        part.unlink(missing_ok=True)  # a worker still reading input sees it gone and stops
+    if part is not None:  # a worker still reading input sees it gone and stops
+        await asyncio.to_thread(part.unlink, missing_ok=True)
     if job is None or failure is None:
         return
     if job.state == "queued" or (job.state == "running" and Path(job.audio).exists()):
-        await svc.queue.cancel(job)  # queued, or its input is whole: it would not stop
+        await svc.queue.cancel(job, f"live session failed: {failure}")  # it would not stop
     deadline = time.monotonic() + 10.0
     while job.state not in FINISHED and time.monotonic() < deadline:
         await svc.queue.wait(job, snapshot(job), 1.0)
     if job.state not in FINISHED:  # it did not stop on its own: kill it
-        await svc.queue.cancel(job)
+        await svc.queue.cancel(job, f"live session failed: {failure}")
     remove(job.video)
     job.video, job.error = None, f"live session failed: {failure}"
     svc.records.save(job)
 
 
-async def _receive(ws: WebSocket, part: Path, limit: int, timings: dict) -> None:
+class PcmFile:
+    """The live input file, written off the event loop: a slow disk delays this
+    session's input, never the other clients the loop serves."""
+
+    def __init__(self, part: Path, f: Any) -> None:
+        self.part, self.f = part, f
+
+    @classmethod
+    async def create(cls, part: Path) -> PcmFile:
+        return cls(part, await asyncio.to_thread(open, part, "ab"))
+
+    async def write(self, chunk: bytes) -> None:
+        def write() -> None:
+            self.f.write(chunk)
+            self.f.flush()
+
+        await asyncio.to_thread(write)
+
+    async def end(self) -> None:
+        """The end message: the worker reads what is left, then stops."""
+        await self.close()
+        await asyncio.to_thread(
+            self.part.rename, self.part.with_name(self.part.name.removesuffix(PART))
+        )
+
+    async def close(self) -> None:
+        if not self.f.closed:
+            await asyncio.to_thread(self.f.close)
+
+
+class Pace:
+    """How much input a live session owes by now: after RATE_SLACK seconds, at least
+    MIN_RATE of real time (a client trickling bytes would hold a worker forever)."""
+
+    def __init__(self, per_s: int, started: float) -> None:
+        self.per_s, self.started = per_s, started
+
+    def due(self, got: int) -> float:
+        """Loop time by which more than `got` bytes must have come."""
+        return self.started + RATE_SLACK + got / self.per_s / MIN_RATE
+
+
+async def _receive(ws: WebSocket, pcm: PcmFile, limit: int, pace: Pace, timings: dict) -> None:
     """PCM chunks into the job's input file until the end message."""
+    loop = asyncio.get_running_loop()
     got = 0
-    with open(part, "ab") as f:
-        while True:
-            try:
-                msg = await asyncio.wait_for(ws.receive(), IDLE_TIMEOUT)
-            except TimeoutError:
+    while True:
+        owed = pace.due(got) - loop.time()  # seconds until this input is too slow
+        try:
+            msg = await asyncio.wait_for(ws.receive(), max(0.0, min(IDLE_TIMEOUT, owed)))
+        except TimeoutError:
+            if owed <= IDLE_TIMEOUT:
                 raise LiveError(
-                    POLICY, f"no message for {IDLE_TIMEOUT:g} s; send PCM or end"
+                    POLICY,
+                    f"live audio arrives slower than {MIN_RATE:g}x real time "
+                    f"({got / pace.per_s:.1f} s of audio in {loop.time() - pace.started:.0f} s); "
+                    "send it as it is spoken",
                 ) from None
-            if msg["type"] == "websocket.disconnect":
-                raise WebSocketDisconnect(msg.get("code", 1000))
-            if msg.get("bytes") is not None:
-                chunk = msg["bytes"]
-                got += len(chunk)
-                if got > limit:
-                    raise LiveError(
-                        TOO_BIG,
-                        f"live audio over the limit of {limit} bytes of PCM; send a shorter take",
-                    )
-                if chunk and "first_audio" not in timings:
-                    timings["first_audio"] = time.perf_counter()
-                f.write(chunk)
-                f.flush()
-                continue
-            try:
-                end = json.loads(msg.get("text") or "")
-            except ValueError:
-                end = None
-            if not isinstance(end, dict) or end.get("type") != "end":
+            raise LiveError(POLICY, f"no message for {IDLE_TIMEOUT:g} s; send PCM or end") from None
+        if msg["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(msg.get("code", 1000))
+        if msg.get("bytes") is not None:
+            chunk = msg["bytes"]
+            got += len(chunk)
+            if got > limit:
                 raise LiveError(
-                    UNSUPPORTED, 'after the start message send binary PCM, then {"type": "end"}'
+                    TOO_BIG,
+                    f"live audio over the limit of {limit} bytes of PCM; send a shorter take",
                 )
-            if got == 0:
-                raise LiveError(UNSUPPORTED, "the live input ended before any PCM was sent")
-            timings["end"] = time.perf_counter()
-            part.rename(part.with_name(part.name.removesuffix(PART)))
-            return
+            if chunk and "first_audio" not in timings:
+                timings["first_audio"] = time.perf_counter()
+            await pcm.write(chunk)
+            continue
+        try:
+            end = json.loads(msg.get("text") or "")
+        except ValueError:
+            end = None
+        if not isinstance(end, dict) or end.get("type") != "end":
+            raise LiveError(
+                UNSUPPORTED, 'after the start message send binary PCM, then {"type": "end"}'
+            )
+        if got == 0:
+            raise LiveError(UNSUPPORTED, "the live input ended before any PCM was sent")
+        timings["end"] = time.perf_counter()
+        await pcm.end()
+        return
 
 
 async def _send(ws: WebSocket, svc: Service, job: Job, timings: dict) -> None:
