@@ -146,7 +146,7 @@ class JobQueue:
                 left,
                 f"the server is shutting down (a restart or deploy); retry in {max(1, int(left))} s",
             )
-        if len(self.waiting) + len(self.tickets) >= self.size:
+        if self.depth() + len(self.tickets) >= self.size:  # cancelled ones hold no place
             start = self.expected_start(kind, client)
             raise Busy(
                 "queue_full",
