@@ -3,7 +3,8 @@
 Locust, used as a library and headless, plays editors against real servers on loopback.
 Each editor loops over a mix: a hot render of a --clip-seconds clip (POST /v1/lip-sync,
 the MP4 back), a stream of one (POST /v1/lip-sync/stream, read to its last fragment),
-catalog polls (GET /v1/personas) and thumbnails, with a short pause between.
+catalog polls (GET /v1/personas) and thumbnails, with a short pause between; an editor
+refused with 503 waits its Retry-After before going on, as the page does.
 
 1. **Sweeps** of 1, 2, 4 and 8 concurrent editors (--levels), --level-seconds each, on two
    servers started side by side from the same store: the server as users run it
@@ -224,6 +225,7 @@ def editor_class(clip: Path, clip_s: float, tally: Tally) -> type[HttpUser]:
                     r.failure("not an MP4")
                 elif r.status_code in (200, 503):
                     r.success()
+            come_back(r)
 
         @task(2)
         def stream(self) -> None:
@@ -240,6 +242,7 @@ def editor_class(clip: Path, clip_s: float, tally: Tally) -> type[HttpUser]:
                 if r.status_code != 200:
                     if r.status_code == 503:
                         r.success()
+                    come_back(r)
                     return
                 first, boxes = first_fragment_reader()
                 for chunk in r.iter_content(1 << 16):
@@ -262,6 +265,13 @@ def editor_class(clip: Path, clip_s: float, tally: Tally) -> type[HttpUser]:
             self.client.get("/v1/personas/astro/studio/thumbnail.jpg", name="thumbnail")
 
     return Editor
+
+
+def come_back(response) -> None:
+    """A refused editor waits its Retry-After, as the page does, before its next request."""
+    after = response.headers.get("Retry-After", "") if response.status_code == 503 else ""
+    if after.isdigit():
+        gevent.sleep(int(after))
 
 
 def first_fragment_reader():
