@@ -47,6 +47,7 @@ import psutil
 import requests
 
 from harness import Bench, run_bench
+from hotplate.serve.records import dir_bytes
 
 ROUTES = ("render", "stream", "catalog", "thumbnail")
 READY_TIMEOUT = 300.0
@@ -168,17 +169,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def dir_bytes(folder: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
 
 
 # -- the editors (Locust users) --------------------------------------------------------
