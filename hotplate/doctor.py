@@ -30,7 +30,7 @@ PACKAGES = (
 )
 DEFAULTS = {
     "detector": "retinaface",
-    "landmarks": "retinaface",
+    "landmarks": "facemesh",
     "mask": "landmarks",
     "renderer": "warp",
 }
@@ -62,7 +62,7 @@ def run_checks(settings: Settings) -> Iterator[Check]:
         )
     yield from codec_checks()
     yield cache_check(settings.cache)
-    yield from backend_checks(settings.models)
+    yield from backend_checks(settings.models, settings)
     yield from musetalk_checks(settings.models)
 
 
@@ -87,14 +87,19 @@ def where_to_put(models: Path, missing: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
-def backend_checks(models: Path) -> Iterator[Check]:
-    """One line per backend: ready (with the file each weight was found at) or what is missing."""
+def backend_checks(models: Path, settings: Settings | None = None) -> Iterator[Check]:
+    """One line per backend: ready (with the file each weight was found at) or what is
+    missing. A renderer is ready only when the recipe it implies (with `settings`) has
+    every weight too: musetalk's DWPose, S3FD, BiSeNet and VAE, unless a setting picks
+    other backends."""
     for b in BACKENDS:
         default = DEFAULTS.get(b.kind) == b.name
         missing_pkgs = [p for p in b.packages if not package_present(p)]
         found = [_first(models, alts) for alts in b.weights]
         missing = [alts for alts, f in zip(b.weights, found, strict=True) if f is None]
-        ok = not missing_pkgs and not missing
+        own = {alt for alts in b.weights for alt in alts}  # checked above already
+        gaps = recipe_gaps(settings, b.name, own) if b.kind == "renderer" and settings else []
+        ok = not missing_pkgs and not missing and not gaps
         if ok:
             where = (
                 f"shipped in {b.embedded_in}"
@@ -104,9 +109,13 @@ def backend_checks(models: Path) -> Iterator[Check]:
             detail = f"ready ({where})"
         else:
             detail = "missing " + ", ".join(
-                [f"package {p}" for p in missing_pkgs] + [alts[0] for alts in missing]
+                [f"package {p}" for p in missing_pkgs]
+                + [alts[0] for alts in missing]
+                + [gap.what for gap in gaps]
             )
-        fix = where_to_put(models, missing) if missing else "run `just setup`"
+        fix = where_to_put(models, missing + [alt for g in gaps for alt in g.files])
+        fix = fix if missing or any(g.files for g in gaps) else "run `just setup`"
+        fix += "".join(f"\n{FIX_INDENT}{gap.instead}" for gap in gaps)
         yield Check(
             f"{b.kind} {b.name}{' (default)' if default else ''}",
             ok,
@@ -116,6 +125,63 @@ def backend_checks(models: Path) -> Iterator[Check]:
             fix,
             optional=not default,
         )
+
+
+@dataclass
+class Gap:
+    """Something the recipe a renderer implies needs and does not have."""
+
+    what: str  # the row's words: the file (or package), and which stage wants it
+    files: list[tuple[str, ...]]  # the weights missing, alternatives preferred first
+    instead: str  # the setting that picks a backend this machine has
+
+
+STAGES = ("detector", "landmarks", "mask")  # recipe fields that name a backend with weights
+
+
+def recipe_gaps(settings: Settings, renderer: str, own: set[str] = frozenset()) -> list[Gap]:
+    """What the recipe `renderer` precompiles under (the settings' recipe and what the
+    renderer implies: `effective_recipe`) lacks on this machine, stage by stage; files
+    in `own` (the renderer's own weights) are left to the renderer's row."""
+    from pipeline.nets.backends import find_backend
+    from pipeline.nets.models import VAE_WEIGHTS, ModelMissingError, vae_files
+    from pipeline.precompile.recipe import Recipe, effective_recipe
+
+    recipe = effective_recipe(settings.recipe, backend=renderer)
+    models, default = settings.models, Recipe()
+    why = f"which the {renderer} renderer implies" if renderer != settings.renderer else "set"
+    gaps = []
+    for kind in STAGES:
+        name = getattr(recipe, kind)
+        b = find_backend(kind, name)
+        files = [alts for alts in b.weights if _first(models, alts) is None]
+        packages = [p for p in b.packages if not package_present(p)]
+        if files or packages:
+            need = ", ".join([*(a[0] for a in files), *(f"package {p}" for p in packages)])
+            other = getattr(default, kind)
+            gaps.append(
+                Gap(
+                    f"{need} ({kind} {name}, {why})",
+                    files,
+                    f"or pick other {kind}: HOTPLATE_{kind.upper()}={other} "
+                    f'(or {kind} = "{other}" under [recipe] in hotplate.toml)',
+                )
+            )
+    if recipe.vae and f"{recipe.vae}/config.json" not in own:
+        try:
+            vae_files(models, recipe.vae)
+        except ModelMissingError:
+            gaps.append(
+                Gap(
+                    f"{recipe.vae}/ (vae {recipe.vae}, {why})",
+                    [
+                        (f"{recipe.vae}/config.json",),
+                        tuple(f"{recipe.vae}/{w}" for w in VAE_WEIGHTS),
+                    ],
+                    "or pick another VAE folder: HOTPLATE_VAE=NAME (vae under [recipe])",
+                )
+            )
+    return gaps
 
 
 def musetalk_checks(models: Path) -> Iterator[Check]:

@@ -52,8 +52,15 @@ SETTINGS: dict[str, tuple[type, Any, str]] = {
         lambda: "",
         "blob tier shared by stores: http(s)://host/prefix or s3://bucket/prefix (empty: none)",
     ),
+    "signing_key_file": (
+        str,
+        lambda: "",
+        "file holding the secret that signs the server's URLs (GET /v1/sign); servers with "
+        "the same file accept each other's (empty: a random key per server, shared by the "
+        "replicas of one `serve --ray`)",
+    ),
 }
-RECIPE_FIELDS = {f.name for f in fields(Recipe)} - {"models_dir"}
+RECIPE_FIELDS = {f.name for f in fields(Recipe) if f.compare}  # not models_dir, explicit
 
 
 @dataclass
@@ -67,8 +74,11 @@ class Settings:
     flight_wait: float
     map_size: int
     remote: str = ""
+    signing_key_file: str = ""
     recipe: Recipe = field(default_factory=Recipe)
     config_file: Path | None = None
+    # the settings a flag, a variable or the file gave (recipe fields: `recipe.explicit`)
+    explicit: frozenset[str] = frozenset()
 
 
 class SettingsError(ValueError):
@@ -106,6 +116,7 @@ def load_settings(config: Path | None = None, **flags: Any) -> Settings:
         )
 
     values: dict[str, Any] = {}
+    explicit: set[str] = set()
     for name, (kind, default, _) in SETTINGS.items():
         env = f"HOTPLATE_{name.upper()}"
         if flags.get(name) is not None:
@@ -116,6 +127,8 @@ def load_settings(config: Path | None = None, **flags: Any) -> Settings:
             values[name] = _convert(name, kind, file_values[name], str(config))
         else:
             values[name] = default()
+            continue
+        explicit.add(name)
 
     recipe_types = {f.name: f.type for f in fields(Recipe)}
     for name in RECIPE_FIELDS:
@@ -132,10 +145,11 @@ def load_settings(config: Path | None = None, **flags: Any) -> Settings:
         k: _convert(k, kinds[str(recipe_types[k])], v, f"recipe.{k}")
         for k, v in recipe_values.items()
     }
-    recipe = Recipe(models_dir=values["models"]).replace(**typed)
+    # a field set here stays as set, even to its default value (Recipe.explicit)
+    recipe = Recipe(models_dir=values["models"], explicit=frozenset(typed)).replace(**typed)
     # renderer = "musetalk" implies upstream's recipe everywhere (watcher, ls, gc, render)
     try:
         recipe = effective_recipe(recipe, backend=values["renderer"])
     except ValueError as exc:
         raise SettingsError(f"recipe: {exc}") from exc
-    return Settings(**values, recipe=recipe, config_file=config)
+    return Settings(**values, recipe=recipe, config_file=config, explicit=frozenset(explicit))

@@ -7,7 +7,9 @@ layout, so a renderer can be tested on assets built in memory.
 Conventions used everywhere in `pipeline/`:
 - images are numpy uint8 RGB, shape (H, W, 3);
 - boxes are [x1, y1, x2, y2] in full-frame pixels (x2, y2 exclusive);
-- landmarks are (68, 2) float32 (x, y) in iBUG-300W order.
+- landmarks are (68, 2) float32 (x, y) in iBUG-300W order;
+- a face mesh is (468, 3) float32 (x, y in full-frame pixels, z relative depth in the same
+  scale), MediaPipe's point order; `pipeline/nets/mesh_topology.py` names the points.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class AvatarAssets:
     # (N, S, S, 3) uint8 crops (S = 256): inputs of the latents stage; no renderer reads
     # them, so load_assets leaves them in the store (49 MB for 250 frames)
     crops: np.ndarray | None = None
+    # (N, 468, 3) float32 face mesh per frame (landmarks="facemesh", the default; None for
+    # the other backends): the inner lips are mesh_topology.LIPS_INNER_UPPER / _LOWER
+    mesh: np.ndarray | None = None
 
     @property
     def n_frames(self) -> int:

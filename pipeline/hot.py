@@ -16,7 +16,7 @@ from pipeline.assets import AvatarAssets
 from pipeline.frames import FrameSource
 
 # what a renderer reads; the 256x256 crops stay in the store
-RENDER_ARRAYS = ["boxes", "landmarks", "crop_boxes", "mask_boxes", "masks", "latents"]
+RENDER_ARRAYS = ["boxes", "landmarks", "mesh", "crop_boxes", "mask_boxes", "masks", "latents"]
 
 
 class ColdAvatarError(LookupError):
@@ -93,4 +93,5 @@ def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
         masks=arrays["masks"],
         load_frame=load_frame,
         latents=arrays.get("latents"),
+        mesh=arrays.get("mesh"),
     )

@@ -223,6 +223,8 @@ def live_lip_sync(
     sink: FragmentSink,
     default_loop: str = "pingpong",
     progress: Progress | None = None,
+    flight_wait: float = DEFAULT_WAIT,
+    on_jit: Callable[[], None] | None = None,
 ) -> LiveReport:
     """Steps 1-2 as `lip_sync` takes them, then `live_render`: audio that arrives as it
     is spoken (`chunks` of s16le PCM) in, fragmented MP4 segments to `sink` out.
@@ -231,7 +233,8 @@ def live_lip_sync(
     from pipeline.render.live import live_render
 
     progress = progress or (lambda step, done, total: None)
-    with hot_avatar(store, personas, recipe, request, progress) as hot:
+    steps = hot_avatar(store, personas, recipe, request, progress, flight_wait, on_jit=on_jit)
+    with steps as hot:
         # 3. render the input as it comes, from the store alone
         out = live_render(
             load_assets(store, hot.avatar),

@@ -32,6 +32,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
+from cachestore.flight import DEFAULT_WAIT
 from cachestore.hashcache import remember
 from cachestore.store import Store, open_store
 from pipeline.precompile.recipe import Recipe
@@ -77,6 +78,7 @@ class Config:
     job_timeout: float = 3600.0  # seconds before a job's worker is killed (0 = never)
     open_grace: float | None = None  # unclosed-but-still fallback; default max(4 settle, 2 s)
     map_size: int | None = None  # the store's initial map (the `map_size` setting)
+    flight_wait: float = DEFAULT_WAIT  # seconds a job waits for another build of its avatar
 
     def check(self) -> None:
         """Raise ValueError naming the setting, the value and the fix."""
@@ -110,7 +112,9 @@ class Daemon:
         self.cache = Path(config.cache)
         self.queue = ChangeQueue()
         self.jobs = JobQueue()
-        self.pool = WorkerPool(config.workers, self.cache, config.job, config.map_size)
+        self.pool = WorkerPool(
+            config.workers, self.cache, config.job, config.map_size, config.flight_wait
+        )
         self.lock = health.Lock(self.cache)
         self.summary = Summary()
         self.keys = Keys(self.root, config.recipe)

@@ -15,6 +15,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from cachestore.flight import DEFAULT_WAIT
 from cachestore.keys import FileStat
 from watcher.process import spawn
 from watcher.worker import DEFAULT_JOB, worker_main
@@ -148,12 +149,17 @@ class WorkerPool:
     MAX_EARLY_DEATHS = 5  # consecutive deaths before ready: the workers cannot start
 
     def __init__(
-        self, size: int, cache: Path, job: str = DEFAULT_JOB, map_size: int | None = None
+        self,
+        size: int,
+        cache: Path,
+        job: str = DEFAULT_JOB,
+        map_size: int | None = None,
+        flight_wait: float = DEFAULT_WAIT,
     ) -> None:
         if size < 1:
             raise ValueError(f"workers={size} must be >= 1")
         self.size, self.cache, self.job_spec = size, Path(cache), job
-        self.map_size = map_size
+        self.map_size, self.flight_wait = map_size, flight_wait
         self.workers: list[Worker] = []
         self.early_deaths = 0
         self.started = 0
@@ -165,7 +171,7 @@ class WorkerPool:
     def _spawn(self) -> Worker:
         process, parent = spawn(
             worker_main,
-            (str(self.cache), self.job_spec, self.map_size),
+            (str(self.cache), self.job_spec, self.map_size, self.flight_wait),
             f"hotplate-worker-{self.started + 1}",
         )
         self.started += 1

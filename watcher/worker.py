@@ -19,6 +19,7 @@ returns a dict with at least "digest" (the bytes it processed).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import time
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cachestore.flight import DEFAULT_WAIT
 from cachestore.keys import FileChangedError, FileStat
 from watcher.process import enter, messages, one_line
 
@@ -33,11 +35,11 @@ DEFAULT_JOB = "watcher.worker:precompile_job"
 JobFn = Callable[..., dict]
 
 
-def precompile_job(path: Path, recipe: Any, store: Any) -> dict:
+def precompile_job(path: Path, recipe: Any, store: Any, flight_wait: float = DEFAULT_WAIT) -> dict:
     """The real job: pipeline.precompile.run.precompile on one source file."""
     from pipeline.precompile.run import precompile
 
-    report = precompile(path, recipe, store)
+    report = precompile(path, recipe, store, flight_wait=flight_wait)
     return {
         "digest": report.digest,
         "avatar": report.avatar,
@@ -64,7 +66,12 @@ def load_job(spec: str) -> JobFn:
 
 
 def worker_main(
-    conn: Any, parent: int, cache: str, job_spec: str, map_size: int | None = None
+    conn: Any,
+    parent: int,
+    cache: str,
+    job_spec: str,
+    map_size: int | None = None,
+    flight_wait: float = DEFAULT_WAIT,
 ) -> None:
     """Entry point of a spawned worker."""
     if not enter(parent):
@@ -74,6 +81,8 @@ def worker_main(
     except Exception as exc:
         conn.send(("fatal", 0, f"{type(exc).__name__}: {exc}"))
         return
+    if job is precompile_job:  # the real job honours the flight_wait setting
+        job = functools.partial(precompile_job, flight_wait=flight_wait)
     conn.send(("ready", os.getpid()))
     store = None
     for msg in messages(conn):

@@ -215,8 +215,11 @@ def pull_on_miss(
     avatar: str,
     say: Callable[[str], None] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    wait: float | None = None,
 ) -> PullReport | None:
-    """The precompile miss hook: pull `avatar` when a remote is set and has it.
+    """The precompile miss hook: pull `avatar` when a remote is set and has it; in a Ray
+    cluster, wait at most `wait` seconds (the caller's flight_wait) for another node's
+    build of it.
 
     Never raises for the remote's sake: a damaged object, an unreachable or slow remote
     is one line to `say`, and None (build locally). Counts remote hits and misses.
@@ -236,7 +239,7 @@ def pull_on_miss(
 
     try:
         # in a Ray cluster, one node builds and the others wait, then pull (ray_flight.py)
-        report = _cluster_pull(store, avatar, pull, say)
+        report = _cluster_pull(store, avatar, pull, say, wait)
     except RemoteDamagedError as exc:
         store.count("remote_damaged")
         say(f"warning: {exc}")
@@ -253,7 +256,13 @@ def pull_on_miss(
     return report
 
 
-def _cluster_pull(store: Store, avatar: str, pull: Callable[[], Any], say: Callable[[str], None]):
+def _cluster_pull(
+    store: Store,
+    avatar: str,
+    pull: Callable[[], Any],
+    say: Callable[[str], None],
+    wait: float | None = None,
+):
     from cachestore.remote import ray_flight
 
     if not os.environ.get(ray_flight.ADDRESS_ENV):
@@ -265,4 +274,6 @@ def _cluster_pull(store: Store, avatar: str, pull: Callable[[], Any], say: Calla
         return pull()
     if claim is None:
         return pull()
-    return ray_flight.before_pull(store, avatar, pull, say, ray_flight.WAIT)
+    return ray_flight.before_pull(
+        store, avatar, pull, say, ray_flight.WAIT if wait is None else wait
+    )

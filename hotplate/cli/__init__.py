@@ -161,8 +161,9 @@ def recipe_flags(fn):
         click.option(
             "--landmarks",
             type=click.Choice(LANDMARKERS),
-            help="Landmark model (dlib's and fan's are not for commercial use)."
-            + default_help(RECIPE.landmarks, "dwpose with --backend musetalk"),
+            help="Landmark model (facemesh: MediaPipe's face mesh; retinaface: 68 points "
+            "fitted to RetinaFace's five, the fallback; dlib's and fan's are not for "
+            "commercial use)." + default_help(RECIPE.landmarks, "dwpose with --backend musetalk"),
         ),
         click.option(
             "--mask",

@@ -82,6 +82,25 @@ def size_option(text: str | None, flag: str) -> int | None:
         raise click.BadParameter(str(exc), param_hint=flag) from None
 
 
+SIGNING_KEY_MIN = 32  # characters: `openssl rand -hex 32` writes 64
+
+
+def read_signing_key(path: Path) -> str:
+    """The secret in a signing key file (its first line), or UsageError naming the fix."""
+    try:
+        key = path.read_text().strip()
+    except OSError as exc:
+        raise click.UsageError(
+            f"cannot read the signing key file {path} ({exc.strerror})"
+        ) from None
+    if len(key) < SIGNING_KEY_MIN:
+        raise click.UsageError(
+            f"the signing key file {path} holds {len(key)} characters; put at least "
+            f"{SIGNING_KEY_MIN} random ones there (openssl rand -hex 32 > {path})"
+        )
+    return key
+
+
 def read_tokens(path: Path) -> tuple[str, ...]:
     """The tokens in a file, one per line (blank lines and # comments skipped)."""
     lines = (line.strip() for line in path.read_text().splitlines())
@@ -170,6 +189,16 @@ def read_tokens(path: Path) -> tuple[str, ...]:
     "public name); repeatable, '*' for any.",
 )
 @click.option(
+    "--signing-key-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="File holding the secret that signs the URLs of GET /v1/sign, so that servers "
+    "sharing it (and restarts) accept each other's."
+    + default_help(
+        "setting signing_key_file; "
+        "else a random key per server, shared by the replicas of one --ray deployment"
+    ),
+)
+@click.option(
     "--max-upload-mb",
     type=click.FloatRange(min=0.001),
     cls=FieldDefault,
@@ -237,6 +266,7 @@ def serve(
     public_metrics: bool,
     allow_origin: tuple[str, ...],
     allowed_host: tuple[str, ...],
+    signing_key_file: Path | None,
     max_upload_mb: float,
     max_audio_seconds: float,
     keep_videos: str,
@@ -260,6 +290,18 @@ def serve(
             f"--host {host} is reachable beyond this machine; set a token "
             f"({TOKEN_ENV} or --token-file) or listen on 127.0.0.1"
         )
+    if "*" in allowed_host and not (token or tokens or admin):
+        click.echo(
+            "warning: --allowed-host '*' on a server without a token turns off the DNS "
+            "rebinding guard: any web page the editor opens can reach this server through a "
+            f"name it controls; set a token ({TOKEN_ENV} or --token-file) or name the hosts",
+            err=True,
+        )
+    settings = ctx.find_object(Settings)
+    signing_key_file = signing_key_file or (
+        Path(settings.signing_key_file) if settings.signing_key_file else None
+    )
+    signing_key = read_signing_key(signing_key_file) if signing_key_file else None
     import logging
 
     # The guard's refusals and every problem's full detail, by request id (stderr).
@@ -272,7 +314,6 @@ def serve(
     from cachestore.remote.tier import attach
     from hotplate.serve.app import ServeConfig, create_app
 
-    settings = ctx.find_object(Settings)
     attach(settings.cache, settings.remote)  # the render workers pull and push through it
     if workers == "auto":
         from hotplate.serve.config import auto_workers
@@ -297,6 +338,7 @@ def serve(
         keep_videos=keep_videos,
         max_data_size=size_option(max_data_size, "--max-data-size"),
         data_dir=data,
+        signing_key=signing_key,
     )
     if ray_address is not None:  # the same app and config, as replicas on a Ray cluster
         from dataclasses import fields

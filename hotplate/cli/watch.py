@@ -38,6 +38,7 @@ def _config(settings: Settings, **options: object):
         personas=settings.personas,
         cache=settings.cache,
         map_size=settings.map_size,
+        flight_wait=settings.flight_wait,
         recipe=settings.recipe,
         job=os.environ.get(JOB_ENV) or DEFAULT_JOB,
         **options,

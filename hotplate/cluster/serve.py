@@ -16,6 +16,10 @@ ingress, one app per replica, each with its render workers and models kept loade
 - Each response names the Ray node that served it (`x-hotplate-node`), for tests and
   for an operator reading logs.
 
+- The job API works whichever replica answers: job ids name their replica, and a
+  replica forwards another's job requests there (`hotplate/cluster/peers.py`); the
+  replicas share one signing key, so a URL any of them signed opens on all.
+
 Routes, auth and limits are the app's own; `/readyz` answers from a replica whose
 workers are up, and Serve sends traffic only to replicas whose start finished. A replica
 being stopped (SIGTERM to `hotplate serve --ray`, a redeploy, a downscale) drains through
@@ -25,7 +29,10 @@ lifespan waits for its queued jobs for up to --drain-timeout.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,13 +46,15 @@ MULTIPLEX_HEADER = "serve_multiplexed_model_id"
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """Every setting and recipe field as the HOTPLATE_* variables load_settings reads."""
+    """Every setting, and the recipe fields the settings set, as the HOTPLATE_* variables
+    load_settings reads: a field left to its default stays unset, so that a backend's
+    implied recipe still applies to it on the replica (`Recipe.explicit`)."""
     env = {}
     for name in SETTINGS:
         value = getattr(settings, name)
         # paths absolute: a replica's working directory is not the driver's
         env[f"HOTPLATE_{name.upper()}"] = str(value.resolve() if isinstance(value, Path) else value)
-    for name in RECIPE_FIELDS:
+    for name in sorted(settings.recipe.explicit & RECIPE_FIELDS):
         env[f"HOTPLATE_{name.upper()}"] = str(getattr(settings.recipe, name))
     return env
 
@@ -89,6 +98,7 @@ def replica_app(options: dict[str, Any]) -> Any:
     import ray
     from ray import serve
 
+    from hotplate.cluster import peers
     from hotplate.serve.app import ServeConfig, create_app
 
     settings = node_settings()
@@ -96,19 +106,40 @@ def replica_app(options: dict[str, Any]) -> Any:
     # folder of its own under the node's data dir, while the node's store is shared
     base = options.get("data_dir") or ServeConfig(settings=settings).data
     replica = serve.get_replica_context().replica_id.unique_id
-    options = {**options, "data_dir": Path(base) / f"replica-{replica}"}
-    app = create_app(ServeConfig(settings=settings, **options))
+    tag = peers.replica_tag(replica)  # its job ids start with it: peers.py routes them
+    options = {**options, "data_dir": Path(base) / f"replica-{replica}", "replica": tag}
+    config = ServeConfig(settings=settings, **options)
+    app = create_app(config)
     node = ray.get_runtime_context().get_node_id()
 
     @app.middleware("http")
     async def route_by_avatar(request: Any, call_next: Any) -> Any:
-        model = serve.get_multiplexed_model_id()
+        model = serve.get_multiplexed_model_id() if "hotplate.peer" not in request.scope else ""
         if model:
             await _hot_loader()(model)  # Serve now routes this avatar's requests here
         response = await call_next(request)
         response.headers["x-hotplate-node"] = node
         return response
 
+    # another replica's jobs are answered there (outermost: before the guard, which
+    # the owner runs on the forwarded request)
+    secret, book = peers.peer_secret(config.signing_key), peers.peer_book()
+    app.add_middleware(peers.PeerRouter, tag=tag, secret=secret, book=book)
+    serve_lifespan = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(a: Any) -> Any:
+        async with serve_lifespan(a):  # the service and its render workers first
+            server, url = await peers.listen(app, ray.util.get_node_ip_address(), secret)
+            registered = asyncio.ensure_future(peers.keep_registered(book, tag, url))
+            try:
+                yield
+            finally:
+                registered.cancel()
+                book.drop.remote(tag, url)
+                await peers.stop(server)
+
+    app.router.lifespan_context = lifespan
     return app
 
 
@@ -121,8 +152,12 @@ def application(
     gpus: float = 0.0,
 ) -> Any:
     """The Serve application: `replicas` copies (autoscaled on queue depth up to
-    `max_replicas`), at most `per_node` on one node, `gpus` GPUs each."""
+    `max_replicas`), at most `per_node` on one node, `gpus` GPUs each. The replicas
+    share one signing key (`options["signing_key"]`, drawn here when none is set): a URL
+    one signs, the others accept, and it keys their forwarding (peers.py)."""
     from ray import serve
+
+    options = {**options, "signing_key": options.get("signing_key") or secrets.token_hex(32)}
 
     def build() -> Any:
         return replica_app(options)
@@ -199,10 +234,12 @@ def deploy(
     from ray import serve
 
     from cachestore.remote.ray_flight import flight_actor
+    from hotplate.cluster.peers import peer_book
 
     if not ray.is_initialized():
         connect(address)
     flight_actor()  # the cluster's single flight, made before any replica asks for it
+    peer_book()  # where the replicas find each other
     gpus = 1.0 if ray.cluster_resources().get("GPU", 0) >= replicas else 0.0
     # one HTTP proxy, on the head node: nodes sharing a machine cannot all bind the port
     serve.start(proxy_location="HeadOnly", http_options={"host": host, "port": port})

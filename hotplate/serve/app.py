@@ -48,6 +48,7 @@ class Service:
             "map_size": s.map_size,
             "models": s.models,
             "loop": s.loop,
+            "flight_wait": s.flight_wait,  # for another process building the same avatar
         }
         self.metrics = metrics or Metrics()
         self.queue = JobQueue(
@@ -87,7 +88,8 @@ class Service:
             found = resolve(self.config.settings.personas, persona, attire, motion)
         except PersonaError as exc:
             raise Problem(404, str(exc)) from None
-        return Job(new_id(), kind, found.persona, found.attire, motion, backend, time.time())
+        job_id = new_id(self.config.replica)
+        return Job(job_id, kind, found.persona, found.attire, motion, backend, time.time())
 
 
 def create_app(config: ServeConfig) -> FastAPI:
@@ -158,4 +160,5 @@ def policy_of(config: ServeConfig) -> Policy:
         allowed_hosts=config.allowed_hosts,
         allowed_origins=config.allow_origins,
         public_metrics=config.public_metrics,
+        key=config.signing_key.encode() if config.signing_key else None,
     )

@@ -76,6 +76,8 @@ class ServeConfig:
     host: str = "127.0.0.1"  # the bound address: a Host header naming it is this server
     allowed_hosts: tuple[str, ...] = ()  # more names for this server (--allowed-host)
     allow_origins: tuple[str, ...] = ()  # web apps that may POST and DELETE (--allow-origin)
+    signing_key: str | None = None  # signs ?sig= URLs; None: a random key for this process
+    replica: str = ""  # a Ray replica's tag: its job ids start with it (hotplate/cluster/)
 
     @property
     def data(self) -> Path:

@@ -28,12 +28,13 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
 import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from hotplate.serve.problems import problem_body
 
@@ -47,6 +48,16 @@ WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})
 OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/docs", "/openapi.json", "/favicon.ico"})
 OPEN_PREFIXES = ("/static/", "/docs/")
 SIGNED_TTL_S = 3600.0  # a <video> seeks (new Range requests) long after it was given its URL
+# What a signed URL may be for: GET (HEAD too) and a WebSocket handshake; never a route
+# that mints signatures (a URL signed for /v1/sign would sign any path, and itself again).
+SIGNED_METHODS = ("GET", "WEBSOCKET")
+UNSIGNABLE = frozenset({"/v1/sign"})
+# client id . role . expiry . HMAC-SHA256: anything else is no signature (403, never a 500)
+SIGNATURE = re.compile(
+    r"(?P<cid>[A-Za-z0-9_-]{1,64})\.(?P<role>[au])\.(?P<expires>[0-9]{1,12})\.(?P<mac>[0-9a-f]{64})",
+    re.ASCII,
+)
+SINGLE_HEADERS = ("host", "origin", "authorization", "sec-fetch-site")  # what the guard decides on
 WS_CLOSE_POLICY, WS_CLOSE_TOO_BIG = 1008, 1009
 LINGER_BYTES, LINGER_S = 64 << 20, 5.0  # what a refused upload may still send, then closed
 
@@ -101,6 +112,7 @@ class Policy:
         allowed_hosts: Iterable[str] = (),
         allowed_origins: Iterable[str] = (),
         public_metrics: bool = False,
+        key: bytes | None = None,
     ) -> Policy:
         tokens = {_digest(t): Client(client_id(t)) for t in client_tokens}
         tokens.update({_digest(t): Client(client_id(t), admin=True) for t in admin_tokens})
@@ -112,6 +124,7 @@ class Policy:
             allowed_hosts=frozenset(_host_name(h) for h in allowed_hosts),
             allowed_origins=frozenset(_origin(o) for o in allowed_origins),
             public_metrics=public_metrics,
+            key=key or secrets.token_bytes(32),
         )
 
     @property
@@ -186,9 +199,13 @@ class Policy:
                 return client
             if not open_path:
                 raise Refusal(403, "the bearer token is wrong; check HOTPLATE_TOKEN")
-        signed = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("sig")
-        if signed and (scope.get("method", "GET") in ("GET", "HEAD") or _is_ws(scope)):
-            client = self.verify(scope["path"], signed[-1])
+        query, signatures = _split_signature(scope.get("query_string", b""))
+        method = "WEBSOCKET" if _is_ws(scope) else scope.get("method", "GET")
+        if signatures and method in (*SIGNED_METHODS, "HEAD"):
+            client = None
+            if len(signatures) == 1 and scope["path"] not in UNSIGNABLE:
+                method = "GET" if method == "HEAD" else method
+                client = self.verify(method, scope["path"], query, signatures[0])
             if client is not None:
                 return client
             if not open_path:
@@ -203,32 +220,43 @@ class Policy:
 
     # -- signed URLs ----------------------------------------------------------------------
 
-    def sign(self, path: str, client: Client, ttl_s: float = SIGNED_TTL_S) -> str:
-        """`path?sig=...`: lets a GET of exactly this path through as `client` until it
-        expires. For what cannot send headers: <video src>, <a download>, EventSource."""
+    def sign(
+        self, target: str, client: Client, method: str = "GET", ttl_s: float = SIGNED_TTL_S
+    ) -> str:
+        """`target` with `sig=` appended: lets `method` (GET, which takes HEAD too, or
+        WEBSOCKET) of exactly this path and query through as `client` until it expires.
+        For what cannot send headers: <video src>, <a download>, EventSource, a browser's
+        WebSocket. Raises ValueError for what must never be signed (see UNSIGNABLE)."""
+        path, _, query = target.partition("?")
+        query, signatures = _split_signature(query.encode("utf-8", "surrogatepass"))
+        if method not in SIGNED_METHODS or path in UNSIGNABLE or signatures:
+            raise ValueError(f"{method} {target} cannot be signed")
         expires = int(time.time() + ttl_s)
         role = "a" if client.admin else "u"
         payload = f"{client.id}.{role}.{expires}"
-        return f"{path}?sig={payload}.{self._mac(path, payload)}"
+        mac = self._mac(method, path, query, payload)
+        return f"{path}?{query + '&' if query else ''}sig={payload}.{mac}"
 
-    def verify(self, path: str, sig: str) -> Client | None:
-        cid, _, rest = sig.partition(".")
-        role, _, rest = rest.partition(".")
-        expires, _, mac = rest.partition(".")
-        payload = f"{cid}.{role}.{expires}"
-        if not expires.isdigit() or int(expires) < time.time():
+    def verify(self, method: str, path: str, query: str, sig: str) -> Client | None:
+        """The client a signature was made for, or None: malformed, expired, or made for
+        another method, path or query."""
+        found = SIGNATURE.fullmatch(sig)
+        if found is None or int(found["expires"]) < time.time():
             return None
-        if not hmac.compare_digest(mac, self._mac(path, payload)):
+        payload = f"{found['cid']}.{found['role']}.{found['expires']}"
+        if not hmac.compare_digest(found["mac"], self._mac(method, path, query, payload)):
             return None
-        return Client(cid, admin=role == "a")
+        return Client(found["cid"], admin=found["role"] == "a")
 
-    def _mac(self, path: str, payload: str) -> str:
-        return hmac.new(self.key, f"{path}\n{payload}".encode(), hashlib.sha256).hexdigest()
+    def _mac(self, method: str, path: str, query: str, payload: str) -> str:
+        signed = f"{method}\n{path}\n{query}\n{payload}".encode("utf-8", "surrogatepass")
+        return hmac.new(self.key, signed, hashlib.sha256).hexdigest()
 
     def check_connection(self, scope: dict[str, Any]) -> Client:
         """Host, Origin and token checks on an HTTP or WebSocket scope; the client, or
         Refusal. The WebSocket route of the streaming API can call this itself."""
         headers = _headers(scope)
+        _check_single(scope)
         self.check_host(headers)
         self.check_origin(scope.get("method", "GET"), headers, always=_is_ws(scope))
         return self.authenticate(scope, headers)
@@ -374,7 +402,8 @@ class Guard:
             nonlocal closed
             message = await receive()
             if message["type"] == "websocket.receive":
-                size = len(message.get("bytes") or b"") + len(message.get("text") or "")
+                text = message.get("text") or ""
+                size = len(message.get("bytes") or b"") + len(text.encode("utf-8", "surrogatepass"))
                 if not budget.add(size):
                     closed = True
                     await send({"type": "websocket.close", "code": WS_CLOSE_TOO_BIG})
@@ -416,8 +445,33 @@ def _digest(token: str) -> str:
 
 
 def _headers(scope: dict) -> dict[str, str]:
-    # Repeated headers: the last wins, except Host and Origin, which must be single.
+    # Repeated headers: the last wins, except SINGLE_HEADERS (_check_single refuses those).
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+
+
+def _check_single(scope: dict) -> None:
+    """Refuse a request that repeats a header the guard decides on: the guard would read
+    the last, Starlette (and a proxy in front) the first."""
+    seen: dict[str, int] = {}
+    for key, _ in scope.get("headers", ()):
+        name = key.decode("latin-1").lower()
+        if name in SINGLE_HEADERS:
+            seen[name] = seen.get(name, 0) + 1
+    for name, count in seen.items():
+        if count > 1:
+            raise Refusal(400, f"the request has {count} {name.title()} headers; send one")
+
+
+def _split_signature(raw: bytes) -> tuple[str, list[str]]:
+    """The query string without its `sig=` parameters (what a signature covers, exactly
+    as sent), and the values of those parameters."""
+    kept, signatures = [], []
+    for part in raw.decode("utf-8", "surrogateescape").split("&"):
+        if part.startswith("sig="):
+            signatures.append(part[4:])
+        elif part:
+            kept.append(part)
+    return "&".join(kept), signatures
 
 
 def _is_ws(scope: dict) -> bool:

@@ -179,6 +179,8 @@ def run_live_job(store: Any, settings: dict[str, Any], fields: dict, recipe: Any
                 sink,
                 default_loop=settings["loop"],
                 progress=progress,
+                flight_wait=settings["flight_wait"],
+                on_jit=progress.jit,
             )
         except BaseException:
             out.close()

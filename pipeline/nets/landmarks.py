@@ -1,8 +1,11 @@
 """68-point facial landmarks inside a tracked face box (precompile stage 3).
 
 Backends, chosen by `Recipe.landmarks`:
+- `facemesh`: MediaPipe's 468-point face mesh (`pipeline/nets/facemesh.py`, Apache-2.0,
+  shipped in a pip package), mapped onto the 68 (`pipeline/nets/mesh_topology.py`): the
+  offline default, which sees the lips; the landmarks stage stores the mesh as well;
 - `retinaface`: 68 points fitted to RetinaFace's five (`pipeline/nets/landmarks5.py`),
-  the offline default, on weights a studio may use commercially;
+  the fallback on weights a studio may use commercially;
 - `dlib`: dlib's shape predictor on the 68-point model that `face-recognition-models`
   ships, so it works offline on a fresh machine;
 - `fan`: face_alignment's 2D-FAN network on weights the user put in the models dir;
@@ -59,7 +62,8 @@ class Landmarker(Protocol):
 
 
 def load_landmarker(name: str, models_dir: Path | str | None) -> Landmarker:
-    """Load the landmark backend `name` ("retinaface", "dlib", "fan" or "dwpose"); never downloads.
+    """Load the landmark backend `name` ("facemesh", "retinaface", "dlib", "fan" or "dwpose");
+    never downloads.
 
     Raises ModelMissingError when the weights are not there, ValueError for an
     unknown name or a weights file that is not the expected network.
@@ -73,11 +77,15 @@ def load_landmarker(name: str, models_dir: Path | str | None) -> Landmarker:
         from pipeline.nets.dwpose import load_dwpose
 
         return load_dwpose(models_dir)
+    if name == "facemesh":
+        from pipeline.nets.facemesh import FaceMeshLandmarker
+
+        return FaceMeshLandmarker()
     if name == "retinaface":
         from pipeline.nets.landmarks5 import RetinaFiveLandmarker
 
         return RetinaFiveLandmarker()
-    raise ValueError(f"landmarks={name!r} is not one of retinaface, dlib, fan, dwpose")
+    raise ValueError(f"landmarks={name!r} is not one of facemesh, retinaface, dlib, fan, dwpose")
 
 
 def dlib_model_path() -> Path:

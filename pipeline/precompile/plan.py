@@ -27,6 +27,9 @@ STAGES: dict[str, tuple[int, tuple[str, ...], str, str]] = {
     "masks": (2, ("mask_feather",), "crops", "mask"),  # 2: hull has lips and jaw room
     "latents": (1, (), "crops", "vae"),
 }
+# the facemesh landmarks' own version (two-pass crop, the IBUG68 table, the mesh array);
+# bumped when either changes what they store. The other backends keep version 1's keys.
+MESH_VERSION = 1
 BACKEND_FIELD = {"detector": "detector", "landmarks": "landmarks", "mask": "mask", "vae": "vae"}
 # (backend kind, backend) -> the network pipeline/nets/cpu_speed.py runs for it
 CPU_NETS = {("detector", "s3fd"): "s3fd", ("mask", "bisenet"): "bisenet"}
@@ -63,6 +66,8 @@ def plan(source_digest: str, recipe: Recipe) -> Plan:
             params["crop_rules"] = recipe.crop_rules
         if name == "masks" and recipe.mask == "bisenet":
             params["parsing_mode"] = recipe.parsing_mode
+        if name == "landmarks" and recipe.landmarks == "facemesh":
+            params["mesh"] = MESH_VERSION  # the stage stores the mesh too
         model = ""
         if kind:
             backend = getattr(recipe, BACKEND_FIELD[kind])

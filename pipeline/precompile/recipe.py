@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DETECTORS = ("retinaface", "dlib", "s3fd")
-LANDMARKERS = ("retinaface", "dlib", "fan", "dwpose")
+LANDMARKERS = ("facemesh", "retinaface", "dlib", "fan", "dwpose")
 MASKERS = ("landmarks", "bisenet")
 PARSING_MODES = ("jaw", "raw", "neck")  # upstream MuseTalk's BiSeNet mask modes
 CROP_RULES = ("hotplate", "v1.5", "v1.0")  # half-face box rules: hotplate's, or MuseTalk's
@@ -39,7 +39,7 @@ class Recipe:
     )
     face: str = "auto"  # which face is the presenter: see parse_face_hint
     detector: str = "retinaface"
-    landmarks: str = "retinaface"
+    landmarks: str = "facemesh"
     mask: str = "landmarks"
     bbox_shift: int = 0
     crop_size: int = 256
@@ -48,6 +48,9 @@ class Recipe:
     parsing_mode: str = "jaw"  # BiSeNet mask mode (mask="bisenet" only)
     crop_rules: str = "hotplate"  # v1.5: bbox_shift 0, extra_margin 10; v1.0: bbox_shift kept
     models_dir: Path | None = field(default=None, compare=False)
+    # the fields the settings set (hotplate.toml, HOTPLATE_*), even to their default value:
+    # what a backend implies never replaces them (`for_backend`); not part of any key
+    explicit: frozenset[str] = field(default=frozenset(), compare=False)
 
     def check(self) -> None:
         """Raise ValueError naming the field, the value and the fix."""
@@ -141,10 +144,11 @@ def effective_recipe(
 ) -> Recipe:
     """The recipe one request precompiles under. In order:
 
-    1. `settings`: the settings' recipe (hotplate.toml, HOTPLATE_*; it carries models_dir),
-       with the recipe `flags` the caller gave over it (a None value: not given);
+    1. `settings`: the settings' recipe (hotplate.toml, HOTPLATE_*; it carries models_dir
+       and which fields the settings set, `Recipe.explicit`), with the recipe `flags` the
+       caller gave over it (a None value: not given);
     2. what `backend` implies (musetalk: upstream's preprocessing, see `for_backend`) for
-       the fields neither a flag nor the settings moved off their default ("": none);
+       the fields neither a flag nor the settings set ("": none);
     3. persona.toml's `options` (face, bbox_shift); a bbox_shift flag beats the persona's
        shift, never its face hint. `source` names the file in errors.
 
@@ -153,7 +157,7 @@ def effective_recipe(
     given = {name: value for name, value in (flags or {}).items() if value is not None}
     recipe = settings.replace(**given) if given else settings
     recipe.check()
-    recipe = for_backend(recipe, backend, frozenset(given))
+    recipe = for_backend(recipe, backend, frozenset(given) | settings.explicit)
     return recipe.for_persona(options or {}, source, keep_shift="bbox_shift" in given)
 
 
@@ -163,8 +167,9 @@ def for_backend(recipe: Recipe, backend: str, explicit: frozenset[str] = frozens
     For musetalk: S3FD, DWPose, BiSeNet in the version's mode (v1.5 jaw, v1.0 raw), the
     version's crop rules (v1.5 also forces bbox_shift 0) and the VAE MuseTalk decodes with,
     the version read from the UNet files in the models dir. A field named in `explicit`
-    (a flag was given) or already off its default (hotplate.toml, HOTPLATE_*) is kept.
-    Other backends: the recipe unchanged.
+    (a flag or a setting gave it, even its default value: `HOTPLATE_LANDMARKS=retinaface`
+    is a choice) or already off its default (a recipe made in code) is kept. Other
+    backends: the recipe unchanged.
     """
     if backend != "musetalk":
         return recipe
@@ -180,6 +185,7 @@ def for_backend(recipe: Recipe, backend: str, explicit: frozenset[str] = frozens
         "vae": default_vae(recipe.models_dir),
     }
     base = Recipe()
+    explicit = explicit | recipe.explicit
     changes = {
         name: value
         for name, value in upstream.items()

@@ -94,6 +94,18 @@ class Server:
         self.stop()
 
 
+def worker_pids(server_pid: int) -> list[int]:
+    """The server's render worker processes (spawned by multiprocessing), from /proc:
+    /readyz is open to anyone, so it names no pid."""
+    pids = []
+    for task in Path(f"/proc/{server_pid}/task").iterdir():
+        for pid in (task / "children").read_text().split():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            if b"spawn_main" in cmdline:
+                pids.append(int(pid))
+    return pids
+
+
 def wait_state(client: httpx.Client, job_id: str, states: tuple[str, ...], timeout=300.0) -> dict:
     """Poll a job until its state is one of `states` (generous timeout, no fixed sleep)."""
     deadline = time.monotonic() + timeout

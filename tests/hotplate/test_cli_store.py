@@ -401,9 +401,16 @@ def test_doctor_runs_without_a_traceback(env, tmp_path):
     assert result.returncode in (0, 1) and "Traceback" not in result.stderr
     assert "cache dir" in result.stdout and "detector retinaface (default)" in result.stdout
     # every model's licence is stated; dlib's 68-point model is not for studios' ads
-    assert "landmarks retinaface (default)" in result.stdout and "licence: MIT" in result.stdout
-    dlib_line = next(x for x in result.stdout.splitlines() if "landmarks dlib" in x)
+    assert "landmarks facemesh (default)" in result.stdout and "licence: MIT" in result.stdout
+    lines = result.stdout.splitlines()
+    dlib_line = next(x for x in lines if "landmarks dlib" in x)
     assert "not for commercial use" in dlib_line
+    mesh_line = next(x for x in lines if "landmarks facemesh" in x)
+    assert "licence: Apache-2.0" in mesh_line and "ready" in mesh_line
+    assert "licence:" in next(x for x in lines if "landmarks retinaface" in x)
+    # every backend's row names the licence of its model
+    rows = [x for x in lines if x[6:].startswith(("detector ", "landmarks ", "mask ", "vae "))]
+    assert len(rows) >= 10 and all("licence:" in x for x in rows), rows
 
 
 # -- settings precedence: hotplate.toml < HOTPLATE_* < flags ----------------------------------

@@ -11,9 +11,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def doctor(tmp_path: Path, models: Path) -> str:
+def doctor(tmp_path: Path, models: Path, settings: dict[str, str] | None = None) -> str:
     cmd = [sys.executable, "-m", "hotplate.cli", "--cache", str(tmp_path / "cache")]
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "PYTHONPATH": str(REPO)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOTPLATE_")}
+    env.update(HOME=str(tmp_path / "home"), PYTHONPATH=str(REPO), **(settings or {}))
     env.pop("TORCH_HOME", None)
     result = subprocess.run(
         [*cmd, "--models", str(models), "doctor"],
@@ -54,3 +55,27 @@ def test_musetalk_rows_say_what_is_missing_and_the_fix_once(tmp_path):
         at = next(i for i, line in enumerate(lines) if line.startswith(f"warn  {name}:"))
         assert "copy" not in lines[at] and "hotplate doctor" not in lines[at], lines[at]
         assert lines[at + 1].startswith("      fix: copy upstream MuseTalk's models/ folder")
+
+
+def test_a_renderer_is_ready_only_with_every_weight_of_the_recipe_it_implies(tmp_path):
+    """An upstream models/ folder without DWPose's and S3FD's weights: musetalk's own
+    files are there, but the recipe it implies needs those two, so it is not ready, and
+    the fix names both files and the setting that picks other landmarks. With settings
+    that pick landmarks and a detector this machine has, it is ready."""
+    from tests.pipeline.parity_fixtures import save_upstream_models
+
+    models = save_upstream_models(tmp_path / "models")
+    lines = doctor(tmp_path, models).splitlines()
+    at = next(i for i, line in enumerate(lines) if "renderer musetalk:" in line)
+    assert lines[at].startswith("warn  renderer musetalk: missing"), lines[at]
+    assert "dwpose/dw-ll_ucoco_384.pth (landmarks dwpose" in lines[at]
+    assert "s3fd-619a316812.pth (detector s3fd" in lines[at]
+    assert "79999_iter.pth" not in lines[at]  # BiSeNet's is in the folder
+    fix = "\n".join(lines[at + 1 : at + 8])
+    assert str(models / "dwpose" / "dw-ll_ucoco_384.pth") in fix
+    assert "HOTPLATE_LANDMARKS=retinaface" in fix and "HOTPLATE_DETECTOR=retinaface" in fix
+
+    chosen = {"HOTPLATE_LANDMARKS": "retinaface", "HOTPLATE_DETECTOR": "dlib"}
+    lines = doctor(tmp_path, models, chosen).splitlines()
+    row = next(line for line in lines if "renderer musetalk:" in line)
+    assert row.startswith("ok    renderer musetalk: ready"), row

@@ -10,14 +10,21 @@ this machine on 127.0.0.1, one CPU each), each node with its own store
 - `hotplate sync --ray`'s tasks push what they build;
 - a replica killed mid-request gives the client an error, not a hang;
 - SIGTERM to `hotplate serve --ray` drains: a render queued on a replica finishes whole
-  (Serve's graceful shutdown, then the app's lifespan) before the app is gone.
+  (Serve's graceful shutdown, then the app's lifespan) before the app is gone;
+- the whole job API (status, events, video, DELETE, the list, a stream's job) and signed
+  URLs work whichever replica answers, and the page works against the deployment in
+  Chromium;
+- a wait for another node's build ends at the caller's flight_wait.
 
-Bounded for a 2-core CI: one cluster for the module, 8-frame 270x480 loops.
+Bounded for a 2-core CI: one cluster for the module, 8-frame 270x480 loops. The
+deployment has a token: the page and signed URLs are tested as a studio runs them.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,6 +44,9 @@ pytestmark = pytest.mark.slow
 # Ray on 127.0.0.1 (read when ray is imported: set before), and no usage report sent
 LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
 READY = 300.0  # seconds: a cluster, Serve and two replicas starting on 2 busy cores
+TOKEN = "token-of-the-cluster"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def ray_or_fail():
@@ -110,8 +120,9 @@ def counters(cache: Path) -> dict[str, int]:
         forget_store(cache)
 
 
-def hotplate_env(cluster) -> dict[str, str]:
-    return {**os.environ, "HOTPLATE_REMOTE": cluster["tier"].url, "OMP_NUM_THREADS": "1"}
+def hotplate_env(cluster, **extra: str) -> dict[str, str]:
+    env = {**os.environ, "HOTPLATE_REMOTE": cluster["tier"].url, "OMP_NUM_THREADS": "1"}
+    return {**env, **extra}
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +133,8 @@ def served(cluster):
     cmd += ["--cache", str(root / "driver-cache"), "serve", "--port", str(port)]
     cmd += ["--ray", cluster["address"], "--replicas", "2", "--per-node", "1"]
     log = open(root / "serve.log", "wb")
-    proc = subprocess.Popen(cmd, cwd=root, env=hotplate_env(cluster), stdout=log, stderr=log)
+    env = hotplate_env(cluster, HOTPLATE_TOKEN=TOKEN)
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + READY
     while True:
@@ -142,6 +154,7 @@ def render(url: str, root: Path, attire: str, audio: str = "speech.wav", timeout
             url + "/v1/lip-sync",
             data={"persona": "astro", "attire": attire},
             files={"audio": (audio, f, "audio/wav")},
+            headers=AUTH,
             timeout=timeout,
         )
 
@@ -181,7 +194,7 @@ def test_requests_naming_an_avatar_stick_to_the_replica_that_has_it(served):
                 url + "/v1/lip-sync",
                 data={"persona": "astro", "attire": "studio"},
                 files={"audio": ("speech.wav", f, "audio/wav")},
-                headers={"serve_multiplexed_model_id": "astro/studio"},
+                headers={**AUTH, "serve_multiplexed_model_id": "astro/studio"},
                 timeout=300,
             )
         assert response.status_code == 200, response.text
@@ -213,6 +226,109 @@ def test_four_concurrent_cold_renders_over_http_make_one_precompile(served):
         assert pulled == 1, (before, after)
 
 
+def test_the_job_api_answers_whichever_replica_serve_picks(served):
+    """A job lives on one replica; Serve sends each request to either. Status, events,
+    a signed video (Range), the list, a stream's job and DELETE all answer, and some of
+    them were forwarded by the replica that did not own the job (16 of 24 failed)."""
+    root, url = served["root"], served["url"]
+    forwarded = answered = 0
+    with httpx.Client(base_url=url, headers=AUTH, timeout=300) as c:
+        with open(root / "speech.wav", "rb") as f:
+            made = c.post(
+                "/v1/renders",
+                data={"persona": "astro", "attire": "studio"},
+                files={"audio": ("speech.wav", f, "audio/wav")},
+            )
+        assert made.status_code == 202, made.text
+        job = made.json()
+        owner = made.headers["x-hotplate-node"]
+        with open(root / "speech.wav", "rb") as f:
+            with c.stream(
+                "POST",
+                "/v1/lip-sync/stream",
+                data={"persona": "astro", "attire": "studio"},
+                files={"audio": ("speech.wav", f, "audio/wav")},
+            ) as streamed:
+                assert streamed.status_code == 200
+                stream_job, events = (
+                    streamed.headers["x-hotplate-job"],
+                    streamed.headers["x-hotplate-events"],
+                )
+                assert len(streamed.read()) > 1000
+        deadline = time.monotonic() + 300
+        while (state := c.get(job["status_url"])).json()["state"] not in ("done", "failed"):
+            assert state.status_code == 200 and time.monotonic() < deadline, state.text
+            time.sleep(0.2)  # a client polling
+        job = state.json()
+        assert job["state"] == "done", job
+        for _ in range(24):  # each read on whichever replica Serve picks
+            state = c.get(job["status_url"])
+            assert state.status_code == 200 and state.json()["state"] == "done", state.text
+            assert state.headers["x-hotplate-node"] == owner  # answered by the owner
+            signed = c.get("/v1/sign", params={"path": job["video_url"]}).json()["url"]
+            video = httpx.get(url + signed, headers={"Range": "bytes=0-99"}, timeout=60)
+            assert video.status_code == 206 and len(video.content) == 100, video.text
+            sse_url = url + c.get("/v1/sign", params={"path": events}).json()["url"]
+            lines = []
+            with httpx.stream("GET", sse_url, timeout=60) as sse:
+                assert sse.status_code == 200
+                for line in sse.iter_lines():
+                    lines.append(line)
+                    if line.startswith("data:"):
+                        break
+            assert "event: done" in lines and json.loads(lines[-1][5:])["id"] == stream_job
+            listed = [r["id"] for r in c.get("/v1/renders").json()["renders"]]
+            assert job["id"] in listed and stream_job in listed
+            for answer in (state, video):
+                forwarded += "x-hotplate-forwarded-by" in answer.headers
+                answered += 1
+        deleted = c.delete(job["status_url"])
+        assert deleted.status_code == 200 and deleted.json()["deleted"] is True
+        assert c.get(job["status_url"]).status_code == 404
+    print(f"{forwarded} of {answered} job reads forwarded to the owner")
+    assert 0 < forwarded < answered
+
+
+def test_the_page_works_against_two_replicas_in_chromium(served, tmp_path):
+    """The editors' page (token prompt, a render, progress over a signed EventSource, the
+    signed video playing, the renders table), each request on whichever replica."""
+    from tests.preconditions import require
+
+    require(CHROMIUM, "needs Debian's chromium (just setup installs it)")
+    from playwright.sync_api import sync_playwright
+
+    wav = speech(tmp_path / "line.wav", 1.0)
+    with sync_playwright() as p:
+        args = ["--no-sandbox"] if os.geteuid() == 0 else []
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
+        page = browser.new_page(viewport={"width": 1360, "height": 980})
+        errors, nodes = [], set()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("dialog", lambda dialog: dialog.accept(TOKEN))
+        page.on("response", lambda r: nodes.add(r.headers.get("x-hotplate-node")))
+        page.goto(served["url"] + "/")
+        card = page.get_by_test_id("card-astro-studio")
+        card.wait_for(timeout=60_000)
+        card.click()
+        page.set_input_files("#audio", str(wav))
+        page.uncheck("#stream")  # the whole file: its video is a signed <video src>
+        page.click("#render")
+        page.wait_for_function(
+            "() => document.getElementById('progress-pct').textContent === '100%'",
+            timeout=240_000,
+        )
+        page.wait_for_function(
+            "() => document.getElementById('player').readyState >= 2", timeout=60_000
+        )
+        duration = page.evaluate("document.getElementById('player').duration")
+        assert abs(duration - 1.0) <= 0.1, duration
+        page.wait_for_selector("#renders tr .pill.done", timeout=30_000)
+        assert page.inner_text("#error") == ""
+        browser.close()
+    assert errors == []
+    print(f"the page was answered by nodes {sorted(n for n in nodes if n)}")
+
+
 def test_four_concurrent_cold_precompiles_across_both_nodes_make_one(cluster):
     import ray
 
@@ -238,6 +354,47 @@ def test_four_concurrent_cold_precompiles_across_both_nodes_make_one(cluster):
     assert sum(after.values()) - sum(before.values()) == 1, (before, after)
     # the node that did not build pulled it once
     assert {cluster["nodes"][r.node] for r in results} == {"n1", "n2"}
+
+
+def test_a_wait_for_another_nodes_build_ends_at_flight_wait(cluster, tmp_path, monkeypatch):
+    """Another node holds the cluster's lease on an avatar and never finishes: a
+    precompile here waits for it at most its own flight_wait, says whom it waits for,
+    then builds itself. (It waited ray_flight's 900 s whatever its caller's flight_wait.)"""
+    import ray
+
+    from cachestore.remote.ray_flight import ADDRESS_ENV, flight_actor
+    from cachestore.remote.tier import attach
+    from hotplate.settings import load_settings
+    from pipeline.catalog import plan_for
+    from pipeline.precompile.run import precompile
+
+    root = cluster["root"]
+    source = root / "personas" / "astro" / "beach.mp4"
+    monkeypatch.setenv(ADDRESS_ENV, cluster["address"])  # this process takes part
+    settings = load_settings(None, personas=root / "personas", cache=tmp_path / "cache")
+    store = open_store(settings.cache)
+    attach(settings.cache, cluster["tier"].url)
+    key = plan_for(store, source, settings.recipe).avatar
+    actor, other = flight_actor(), "elsewhere:/another/store"
+    assert ray.get(actor.acquire.remote(key, other, 600.0)) is None
+    said, outcome = [], {}
+
+    def build() -> None:
+        outcome["report"] = precompile(
+            source, settings.recipe, store, flight_wait=2.0, on_wait=said.append
+        )
+
+    thread = threading.Thread(target=build, daemon=True)
+    try:
+        thread.start()
+        thread.join(timeout=240)
+        assert not thread.is_alive(), "the precompile waited past its flight_wait"
+    finally:
+        ray.get(actor.release.remote(key, other))
+        thread.join(timeout=600)
+        forget_store(settings.cache)
+    assert any(f"waiting for {other} (another node)" in line for line in said), said
+    assert not outcome["report"].hit  # built here once the wait was over
 
 
 def test_sync_on_ray_pushes_what_it_builds(cluster):
@@ -333,6 +490,7 @@ def test_sigterm_drains_the_replicas_a_queued_render_finishes_whole(served):
             url + "/v1/renders",
             data={"persona": "astro", "attire": "studio"},
             files={"audio": ("long.wav", f, "audio/wav")},
+            headers=AUTH,
             timeout=300,
         )
     assert queued.status_code == 202, queued.text

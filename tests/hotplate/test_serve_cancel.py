@@ -27,6 +27,7 @@ def test_a_cancel_after_done_keeps_the_job_and_its_video(tmp_path):
         "map_size": 64 << 20,
         "models": str(tmp_path / "models"),
         "loop": "pingpong",
+        "flight_wait": 900.0,
     }
 
     async def scenario() -> tuple[Job, bool, Job | None]:

@@ -84,7 +84,27 @@ def test_a_token_or_a_signed_url_opens_it_and_the_budget_closes_it(server):
     policy.key = KEY.encode()
     from hotplate.serve.guard import Client
 
-    signed = policy.sign("/v1/live", Client("c-browser"))
+    signed = policy.sign("/v1/live", Client("c-browser"), method="WEBSOCKET")
     with connect(f"ws://127.0.0.1:{server}{signed}") as ws:
         assert ws.recv(timeout=10) == "hello c-browser"
     assert refused(server, path=signed.replace("/v1/live", "/v1/other")) == 403
+    assert refused(server, path=signed.replace("?", "?persona=astro&")) == 403  # the query
+    # a URL signed for a GET of the same path does not open the socket
+    assert refused(server, path=policy.sign("/v1/live", Client("c-browser"))) == 403
+
+
+def test_the_budget_counts_the_bytes_of_text_frames(server):
+    """A text frame of multi-byte characters: fewer characters than the limit, more
+    bytes (the budget used to count characters)."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    auth = {"Authorization": f"Bearer {guard_ws_app.TOKEN}"}
+    text = "\u20ac" * (guard_ws_app.LIMIT // 3 + 1)  # the euro sign: 3 bytes in UTF-8
+    assert len(text) < guard_ws_app.LIMIT < len(text.encode())
+    with connect(f"ws://127.0.0.1:{server}/v1/live", additional_headers=auth) as ws:
+        assert ws.recv(timeout=10).startswith("hello c-")
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.send(text)
+            ws.recv(timeout=10)
+        assert closed.value.rcvd.code == 1009

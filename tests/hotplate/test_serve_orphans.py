@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.hotplate.serve_helpers import Server, make_world, post_render, speech, wait_state
+from tests.hotplate.serve_helpers import (
+    Server,
+    make_world,
+    post_render,
+    speech,
+    wait_state,
+    worker_pids,
+)
 from tests.hotplate.test_render_leases import wait_for
 
 pytestmark = pytest.mark.slow
@@ -52,17 +59,6 @@ def start_mid_render(srv: Server, c, world: Path) -> str:
     )
     assert c.get(job["status_url"]).json()["state"] == "running", "the render ended too soon"
     return job["id"]
-
-
-def worker_pids(server_pid: int) -> list[int]:
-    """The server's render worker processes (spawned by multiprocessing)."""
-    pids = []
-    for task in Path(f"/proc/{server_pid}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-            if b"spawn_main" in cmdline:
-                pids.append(int(pid))
-    return pids
 
 
 def test_cancel_mid_render_leaves_no_file(world):

@@ -16,6 +16,7 @@ from tests.hotplate.serve_helpers import (
     post_render,
     speech,
     wait_state,
+    worker_pids,
 )
 
 pytestmark = pytest.mark.slow
@@ -73,7 +74,7 @@ def test_kill_9_mid_job_then_restart_marks_the_job_failed_with_the_reason(world)
             done_id = finished.headers["x-hotplate-job"]
             job = post_render(c, "/v1/renders", world / "long.wav", attire="gala").json()
             wait_state(c, job["id"], ("running",))
-            pids = c.get("/readyz").json()["worker_pids"]
+            pids = worker_pids(srv.proc.pid)
         srv.kill9()
     finally:
         srv.stop()

@@ -2,10 +2,14 @@
 loopback: uploads that would fill the disk, audio bombs, reads without a token, CSRF and
 DNS rebinding, one client deleting another's job. Each test failed before the guard."""
 
+import os
+import socket
 import time
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.hotplate.serve_attacks import (
     MB,
@@ -15,13 +19,14 @@ from tests.hotplate.serve_attacks import (
     peak_rss,
     write_flac,
 )
-from tests.hotplate.serve_helpers import Server, assert_problem, make_world, speech
+from tests.hotplate.serve_helpers import Server, assert_problem, make_world, speech, worker_pids
 
 pytestmark = pytest.mark.slow
 A, B, ADMIN = "token-of-client-a", "token-of-client-b", "the-admin-token"
 MAX_UPLOAD_MB = 3
 MAX_AUDIO_SECONDS = 6
 STUDIO = "http://studio.example"
+FUZZ_EXAMPLES = int(os.environ.get("HOTPLATE_FUZZ_EXAMPLES", "15")) * 10
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -57,8 +62,7 @@ def open_server(tmp_path_factory):
 
 
 def server_pids(srv: Server) -> list[int]:
-    with srv.client() as c:
-        return [srv.proc.pid, *c.get("/readyz").json()["worker_pids"]]
+    return [srv.proc.pid, *worker_pids(srv.proc.pid)]
 
 
 # -- S1: the body is limited as it arrives ------------------------------------------------
@@ -159,16 +163,71 @@ def test_every_api_route_and_metrics_need_the_token(server):
         assert c.get("/docs").status_code == 200 and c.get("/openapi.json").status_code == 200
 
 
-def test_a_signed_url_opens_one_path_for_a_get(server):
+def test_a_signed_url_opens_one_method_path_and_query(server):
     with server.client(headers=bearer(A)) as c:
-        url = c.get("/v1/sign", params={"path": "/v1/renders"}).json()["url"]
+        url = c.get("/v1/sign", params={"path": "/v1/renders?limit=1"}).json()["url"]
+        live = c.get("/v1/sign", params={"path": "/v1/live", "method": "WEBSOCKET"}).json()
         assert_problem(c.get("/v1/sign", params={"path": "/etc/passwd"}), 422)
+        # what mints signatures is never signed: such a URL would sign any path, forever
+        for path in ("/v1/sign", "/v1/sign?path=/v1/personas"):
+            assert_problem(c.get("/v1/sign", params={"path": path}), 422, "cannot be signed")
+    sig = url.split("sig=", 1)[1]
     with server.client() as anonymous:
         assert anonymous.get(url).status_code == 200
-        sig = url.split("?", 1)[1]
-        assert_problem(anonymous.get(f"/v1/personas?{sig}"), 403, "signed URL")
+        # HEAD is a GET without the body: the guard lets it through (the route has no HEAD)
+        assert anonymous.head(url).status_code not in (401, 403)
+        assert_problem(anonymous.get(f"/v1/personas?sig={sig}"), 403, "signed URL")
+        assert_problem(anonymous.get(url.replace("limit=1", "limit=500")), 403)  # the query
+        assert_problem(anonymous.get(url + "&limit=2"), 403)
+        assert_problem(anonymous.get(f"/v1/sign?path=/v1/personas&sig={sig}"), 403)
+        assert_problem(anonymous.get(live["url"].replace("/v1/live", "/v1/renders")), 403)
         assert_problem(anonymous.get(url[:-2] + ("00" if url[-2:] != "00" else "11")), 403)
         assert_problem(anonymous.post(url, data={"persona": "astro"}), 401)  # GETs only
+
+
+MALFORMED = [
+    "c-0123456789abcdef.u.\u00b2.{mac}",  # int() of a superscript two raised: a 500
+    "c-0123456789abcdef.u.99999999999.{mac_non_ascii}",  # compare_digest of non-ASCII: a 500
+    "c-0123456789abcdef.u.\u0663\u0663\u0663.{mac}",  # Arabic-Indic digits
+    "c-0123456789abcdef.a.99999999999999999999999.{mac}",
+    "...",
+    "",
+    ".u.1.",
+    "c-x.u.1",
+    "c-x.q.1.{mac}",
+    "\x00.u.1.{mac}",
+    "c-x.u.-1.{mac}",
+]
+
+
+@pytest.mark.parametrize("template", MALFORMED)
+def test_a_malformed_signature_is_a_403(server, template):
+    sig = template.format(mac="0" * 64, mac_non_ascii="\u00e9" * 64)
+    with server.client() as anonymous:
+        assert_problem(anonymous.get("/v1/renders", params={"sig": sig}), 403)
+
+
+SIG_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=120)
+SIG_PARTS = st.tuples(
+    st.one_of(SIG_TEXT, st.just("c-0123456789abcdef")),
+    st.one_of(SIG_TEXT, st.sampled_from(["a", "u"])),
+    st.one_of(SIG_TEXT, st.integers(-(10**30), 10**30).map(str)),
+    st.one_of(SIG_TEXT, st.text("0123456789abcdef\u00e9\u0663", min_size=64, max_size=64)),
+).map(".".join)
+
+
+@settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(sig=st.one_of(SIG_TEXT, SIG_PARTS), path=st.sampled_from(["/v1/renders", "/v1/live"]))
+def test_no_signature_gets_a_500(server, sig, path):
+    """Hypothesis over whatever a `sig=` can carry, sent percent-encoded as a browser
+    would: never anything but a 403."""
+    with server.client(timeout=30) as anonymous:
+        answer = anonymous.get(path, params={"sig": sig})
+    assert_problem(answer, 403)
 
 
 # -- S4: CSRF, DNS rebinding, another client's job ----------------------------------------
@@ -208,6 +267,82 @@ def test_a_foreign_host_header_is_refused(open_server, host):
         assert_problem(answer, 421, "--allowed-host")
         for ok in (f"localhost:{open_server.port}", f"127.0.0.1:{open_server.port}", "[::1]"):
             assert c.get("/v1/renders", headers={"Host": ok}).status_code == 200
+
+
+def raw_status(port: int, request: str) -> tuple[int, bytes]:
+    """Send `request` (CRLF lines, as given: repeated headers stay repeated) over a socket;
+    the status and the whole answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request.encode("latin-1"))
+        answer = b""
+        while chunk := sock.recv(65536):  # to the end: the request says Connection: close
+            answer += chunk
+    return int(answer.split(b" ", 2)[1]), answer
+
+
+@pytest.mark.parametrize(
+    "headers, method",
+    [
+        (["Host: evil.example", "Host: 127.0.0.1:{port}"], "GET /v1/renders"),
+        (
+            ["Host: 127.0.0.1:{port}", "Origin: http://evil.example", "Origin: {own}"],
+            "DELETE /v1/renders/x",
+        ),
+    ],
+)
+def test_a_repeated_host_or_origin_header_is_refused(open_server, headers, method):
+    """The guard read the last Host or Origin and Starlette the first: a foreign name
+    first and the server's own last passed the guard and reached the app as foreign."""
+    lines = [f"{method} HTTP/1.1", *headers, "Connection: close", "", ""]
+    own = open_server.url
+    status, answer = raw_status(
+        open_server.port, "\r\n".join(lines).format(port=open_server.port, own=own)
+    )
+    assert status == 400, answer[:300]
+    name = "Host" if method.startswith("GET") else "Origin"
+    assert f"2 {name} headers".encode() in answer
+
+
+def test_readyz_names_no_process(server):
+    with server.client() as anonymous:  # a probe sends no token
+        answer = anonymous.get("/readyz")
+    assert answer.status_code == 200 and set(answer.json()) == {"ready", "workers", "queued"}
+    assert str(server.proc.pid) not in answer.text
+
+
+def test_any_host_on_a_tokenless_server_is_warned_of_at_start(tmp_path):
+    root = make_world(tmp_path, attires=("studio",))
+    with Server(root, "--workers", "1", "--allowed-host", "*") as srv:
+        assert "warning: --allowed-host '*' on a server without a token" in srv.log_text()
+    root2 = make_world(tmp_path / "guarded", attires=("studio",))
+    with Server(root2, "--workers", "1", "--allowed-host", "*", env={"HOTPLATE_TOKEN": A}) as srv:
+        assert "warning" not in srv.log_text()
+
+
+def test_servers_sharing_a_signing_key_file_accept_each_others_urls(world, tmp_path, server):
+    key = tmp_path / "signing.key"
+    key.write_text("k" * 64 + "\n")
+    common = (
+        "--workers",
+        "1",
+        "--token-file",
+        str(world / "tokens"),
+        "--signing-key-file",
+        str(key),
+    )
+    one = Server(world, *common, "--data", str(tmp_path / "one"))
+    two = Server(world, *common, "--data", str(tmp_path / "two"))
+    with one, two, one.client(headers=bearer(A)) as c, two.client() as anonymous:
+        url = c.get("/v1/sign", params={"path": "/v1/renders"}).json()["url"]
+        assert anonymous.get(url).status_code == 200  # signed by one, opened on two
+        with server.client(headers=bearer(A)) as other:  # a server with its own random key
+            elsewhere = other.get("/v1/sign", params={"path": "/v1/renders"}).json()["url"]
+        assert_problem(anonymous.get(elsewhere), 403)
+    key.write_text("short\n")
+    short = Server(world, *common, "--data", str(tmp_path / "three"))
+    with pytest.raises(AssertionError, match="holds 5 characters"):
+        short.start()
+    short.stop()
 
 
 def test_only_the_owner_or_the_admin_may_cancel_or_delete_a_job(server):

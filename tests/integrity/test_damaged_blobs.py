@@ -152,7 +152,7 @@ def test_damaged_latents_are_rebuilt_alone_and_musetalk_renders(world):
 
     # musetalk implies upstream's recipe (S3FD, DWPose, BiSeNet, v1.5 crops); these flags
     # keep the recipe the avatar above was made with, so only the damage is rebuilt
-    same_recipe = ("--detector", "retinaface", "--landmarks", "retinaface", "--mask", "landmarks")
+    same_recipe = ("--detector", "retinaface", "--landmarks", "facemesh", "--mask", "landmarks")
     out = cli.render(
         world,
         world / "cache",

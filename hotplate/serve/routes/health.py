@@ -20,7 +20,8 @@ def healthz(config: Config) -> dict:
 @router.get("/readyz")
 def readyz(svc: Svc) -> JSONResponse:
     """Ready when every render worker has started and the store opens; not ready while
-    the server drains (after SIGTERM), so a load balancer sends new work elsewhere."""
+    the server drains (after SIGTERM), so a load balancer sends new work elsewhere. Open
+    to anyone (a probe sends no token), so it says how many, never which processes."""
     queue = svc.queue
     draining = queue.draining_until is not None
     ready = queue.ready and not draining and all(w.process.is_alive() for w in queue.workers)
@@ -28,7 +29,6 @@ def readyz(svc: Svc) -> JSONResponse:
         "ready": ready,
         "draining": draining,
         "workers": len(queue.workers),
-        "worker_pids": [w.process.pid for w in queue.workers],
         "queued": queue.depth(),
         "running": len(queue.running),
     }

@@ -33,11 +33,11 @@ async function api(url, options = {}) {
   return response;
 }
 
-// <video src>, download links and EventSource cannot send a header: they get a URL signed
-// for that one path (GET /v1/sign), valid for an hour
-async function signed(path) {
+// <video src>, download links, EventSource and WebSocket cannot send a header: they get a
+// URL signed for that one method and path (GET /v1/sign), valid for an hour
+async function signed(path, method = "GET") {
   if (!state.tokenRequired) return path;
-  const response = await api(`/v1/sign?path=${encodeURIComponent(path)}`);
+  const response = await api(`/v1/sign?path=${encodeURIComponent(path)}&method=${method}`);
   if (!response.ok) throw new Error(await problemText(response));
   return (await response.json()).url;
 }
@@ -429,7 +429,7 @@ async function startLive() {
   await ctx.audioWorklet.addModule("/static/pcm-worklet.js");
   const node = new AudioWorkletNode(ctx, "pcm-tap");
   ctx.createMediaStreamSource(mic).connect(node);
-  const path = await signed("/v1/live"); // a WebSocket cannot send a header either
+  const path = await signed("/v1/live", "WEBSOCKET"); // a WebSocket cannot send a header either
   const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${path}`);
   ws.binaryType = "arraybuffer";
   const player = new MsePlayer($("player"), "live");

@@ -39,14 +39,22 @@ class PerFrameStages:
             r.models_dir,
             lambda: load_landmarker(r.landmarks, r.models_dir),
         )
+        from pipeline.nets.mesh_topology import mesh_to_68
+
         n = len(self.frames)
         out = np.zeros((n, 68, 2), np.float32)
+        dense = getattr(model, "mesh_points", 0)  # a mesh backend: its mesh is stored too
+        mesh = np.zeros((n, dense, 3), np.float32)
         self._crops = self._empty_crops(n)
         for i, frame in enumerate(self.frames.each()):
-            out[i] = model.predict(frame, self.boxes[i])
+            if dense:
+                mesh[i] = model.predict_mesh(frame, self.boxes[i])
+                out[i] = mesh_to_68(mesh[i])
+            else:
+                out[i] = model.predict(frame, self.boxes[i])
             self._crop_one(i, frame, out[i])
             self.progress("landmarks", i + 1, n)
-        return {"landmarks": out}, {}
+        return ({"landmarks": out, "mesh": mesh} if dense else {"landmarks": out}), {}
 
     def crops(self, landmarks: np.ndarray):
         if self._crops is None:  # landmarks were a hit: a pass of our own

@@ -1,0 +1,303 @@
+"""A job's requests reach the replica that owns it, whichever replica Serve picked.
+
+A job lives on one replica of `hotplate serve --ray`: its record and progress in that
+replica's memory and data dir, its render on that replica's workers, its video on that
+node's disk. Serve's proxy spreads requests over the replicas and a browser's `<video
+src>` or EventSource cannot name one, so each replica routes what it does not own:
+
+- job ids start with the owning replica's tag (`<tag>-<16 hex>`, ServeConfig.replica);
+- every replica also listens on its node's address on a port of its own (`listen`),
+  serving the same app behind a gate that takes only requests carrying the deployment's
+  peer secret (derived from the shared signing key);
+- `PeerRouter` (outermost in each replica's app) forwards `/v1/renders/<id>[/events|
+  /video]` of another replica's job to that replica's listener, streaming both ways
+  (Range, Server-Sent Events, DELETE), with the client's own headers, so the owner's
+  guard checks token, Host and Origin as for a direct request; `GET /v1/renders` merges
+  every replica's list;
+- a named actor (`hotplate-peers`) maps tags to listeners; each replica registers at
+  start and again every REGISTER_EVERY seconds (an actor restart forgets them).
+
+A replica that died took its jobs with it: its tag no longer answers, its jobs read as
+unknown (404). See docs/DESIGN.md, "A cluster that shares its state".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import re
+from typing import Any
+from urllib.parse import parse_qs
+
+NAME, NAMESPACE = "hotplate-peers", "hotplate"
+PEER_HEADER = b"x-hotplate-peer"
+FORWARDED_BY = b"x-hotplate-forwarded-by"
+REGISTER_EVERY = 10.0  # seconds
+# a job's own routes; the tag is the owner's (see hotplate/serve/records.py: new_id)
+JOB_PATH = re.compile(r"/v1/renders/(?P<tag>[a-z0-9]{1,32})-[0-9a-f]{16}(/events|/video)?")
+HOP_BY_HOP = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-authenticate",
+    b"proxy-authorization",
+    b"te",
+    b"trailer",
+    b"transfer-encoding",
+    b"upgrade",
+}
+log = logging.getLogger("hotplate.serve")
+
+
+class PeerBook:
+    """The deployment's replicas: tag -> the URL of their listener."""
+
+    def __init__(self) -> None:
+        self.peers: dict[str, str] = {}
+
+    def register(self, tag: str, url: str) -> None:
+        self.peers[tag] = url
+
+    def drop(self, tag: str, url: str) -> None:
+        if self.peers.get(tag) == url:
+            del self.peers[tag]
+
+    def all(self) -> dict[str, str]:
+        return dict(self.peers)
+
+
+def peer_book() -> Any:
+    """The cluster's peer book (made on first use); ray must be initialised."""
+    import ray
+
+    actor = ray.remote(num_cpus=0, max_restarts=-1)(PeerBook)
+    return actor.options(
+        name=NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True
+    ).remote()
+
+
+def peer_secret(signing_key: str) -> bytes:
+    """What a forwarded request carries: one secret per deployment, from its key."""
+    return hmac.new(signing_key.encode(), b"hotplate peer", hashlib.sha256).hexdigest().encode()
+
+
+def replica_tag(unique_id: str) -> str:
+    """A replica's tag in job ids: its Serve id, lower-case letters and digits."""
+    return re.sub(r"[^a-z0-9]", "", unique_id.lower())[:32] or "replica"
+
+
+class PeerGate:
+    """The listener's app: requests without the peer secret get 403; the others are
+    marked as forwarded (`PeerRouter` then answers them here) and passed on."""
+
+    def __init__(self, app: Any, secret: bytes) -> None:
+        self.app, self.secret = app, secret
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = next((v for k, v in scope["headers"] if k == PEER_HEADER), b"")
+        if not hmac.compare_digest(given, self.secret):
+            await send({"type": "http.response.start", "status": 403, "headers": []})
+            await send({"type": "http.response.body", "body": b"not a peer"})
+            return
+        headers = [(k, v) for k, v in scope["headers"] if k != PEER_HEADER]
+        await self.app({**scope, "headers": headers, "hotplate.peer": True}, receive, send)
+
+
+class PeerRouter:
+    """ASGI middleware: another replica's job requests go there (see the module doc)."""
+
+    def __init__(self, app: Any, tag: str, secret: bytes, book: Any) -> None:
+        self.app, self.tag, self.secret, self.book = app, tag, secret, book
+        self.peers: dict[str, str] = {}
+        self.client: Any = None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("hotplate.peer"):
+            return await self.app(scope, receive, send)
+        found = JOB_PATH.fullmatch(scope["path"])
+        if found and found["tag"] != self.tag:
+            url = await self._url(found["tag"])
+            if url is not None and await self._forward(url, scope, receive, send):
+                return
+            # no such replica (or it died): the local app answers (the guard, then 404)
+        elif scope["path"] == "/v1/renders" and scope["method"] == "GET":
+            return await self._merged_list(scope, receive, send)
+        await self.app(scope, receive, send)
+
+    # -- the book -----------------------------------------------------------------------
+
+    async def _url(self, tag: str) -> str | None:
+        if tag not in self.peers:
+            self.peers = await self.book.all.remote()
+        return self.peers.get(tag)
+
+    async def _forget(self, tag: str, url: str) -> None:
+        self.peers.pop(tag, None)
+        with contextlib.suppress(Exception):
+            await self.book.drop.remote(tag, url)
+
+    # -- forwarding ---------------------------------------------------------------------
+
+    def _http(self) -> Any:
+        import httpx
+
+        if self.client is None:  # made on the replica's loop, used only there
+            timeout = httpx.Timeout(connect=5.0, read=None, write=60.0, pool=60.0)
+            self.client = httpx.AsyncClient(timeout=timeout)
+        return self.client
+
+    def _request(self, url: str, scope: dict, content: Any = None) -> Any:
+        query = scope.get("query_string", b"").decode("latin-1")
+        headers = [(k, v) for k, v in scope["headers"] if k not in HOP_BY_HOP]
+        headers.append((PEER_HEADER, self.secret))
+        target = url + scope["path"] + (f"?{query}" if query else "")
+        return self._http().build_request(scope["method"], target, headers=headers, content=content)
+
+    async def _forward(self, url: str, scope: dict, receive: Any, send: Any) -> bool:
+        """Stream the request to the owner and its answer back; False when the owner is
+        unreachable (before anything was sent to the client)."""
+        import httpx
+
+        async def body():
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return
+                yield message.get("body", b"")
+                more = message.get("more_body", False)
+
+        has_body = any(k in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"])
+        request = self._request(url, scope, body() if has_body else None)
+        tag = JOB_PATH.fullmatch(scope["path"])["tag"]
+        try:
+            response = await self._http().send(request, stream=True)
+        except httpx.TransportError as exc:
+            log.info("replica %s at %s is gone (%s); forgetting it", tag, url, exc)
+            await self._forget(tag, url)
+            return False
+        try:
+            headers = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]
+            headers.append((FORWARDED_BY, self.tag.encode()))
+            await send(
+                {"type": "http.response.start", "status": response.status_code, "headers": headers}
+            )
+            relay = asyncio.ensure_future(self._relay(response, send))
+            gone = asyncio.ensure_future(_disconnected(receive)) if not has_body else None
+            waiting = {relay} | ({gone} if gone else set())
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for task in waiting - done:
+                task.cancel()
+            if relay in done:
+                relay.result()
+        finally:
+            await response.aclose()
+        return True
+
+    async def _relay(self, response: Any, send: Any) -> None:
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    # -- the job list -------------------------------------------------------------------
+
+    async def _merged_list(self, scope: dict, receive: Any, send: Any) -> None:
+        """This replica's answer (its guard decides who may read), with every other
+        replica's jobs merged in, newest first."""
+        local = _Captured()
+        await self.app(scope, receive, local.send)
+        if local.status != 200:
+            return await local.replay(send)
+        renders = json.loads(local.body)["renders"]
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        try:
+            limit = max(1, min(int(query.get("limit", ["50"])[-1]), 500))
+        except ValueError:
+            limit = 50
+        self.peers = await self.book.all.remote()
+        others = [(tag, url) for tag, url in self.peers.items() if tag != self.tag]
+        answers = await asyncio.gather(
+            *(self._http().send(self._request(url, scope)) for _, url in others),
+            return_exceptions=True,
+        )
+        for (tag, url), answer in zip(others, answers, strict=True):
+            if isinstance(answer, Exception):
+                log.info("replica %s at %s did not list its jobs (%s)", tag, url, answer)
+                await self._forget(tag, url)
+            elif answer.status_code == 200:
+                renders += answer.json()["renders"]
+        renders.sort(key=lambda job: job.get("created") or 0, reverse=True)
+        await local.replay(send, json.dumps({"renders": renders[:limit]}).encode())
+
+
+async def _disconnected(receive: Any) -> None:
+    """Returns once the client has gone away (its body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class _Captured:
+    """A response the local app made, held to be sent later (a small JSON list)."""
+
+    def __init__(self) -> None:
+        self.status, self.headers, self.body = 500, [], b""
+
+    async def send(self, message: dict) -> None:
+        if message["type"] == "http.response.start":
+            self.status, self.headers = message["status"], list(message.get("headers", []))
+        elif message["type"] == "http.response.body":
+            self.body += message.get("body", b"")
+
+    async def replay(self, send: Any, body: bytes | None = None) -> None:
+        headers = self.headers
+        if body is not None:
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+            headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": self.status, "headers": headers})
+        await send({"type": "http.response.body", "body": self.body if body is None else body})
+
+
+async def listen(app: Any, host: str, secret: bytes) -> tuple[Any, str]:
+    """Serve `app` behind the peer gate on `host`, a free port, on this event loop (the
+    app's service lives on it); returns the server (`stop` it) and its URL."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):  # the process's signals are Ray's, not this server's
+            yield
+
+    gate = PeerGate(app, secret)
+    # no lifespan (the app's runs under Serve), no logging setup (the process's is Ray's)
+    config = uvicorn.Config(gate, host=host, port=0, lifespan="off", log_config=None)
+    server = Server(config)
+    task = asyncio.ensure_future(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()  # raises why it could not start
+            raise RuntimeError(f"the peer listener on {host} did not start")
+        await asyncio.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    server.hotplate_task = task
+    return server, f"http://{host}:{port}"
+
+
+async def stop(server: Any) -> None:
+    server.should_exit = True
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(server.hotplate_task, 10.0)
+
+
+async def keep_registered(book: Any, tag: str, url: str) -> None:
+    """Register this replica now and every REGISTER_EVERY seconds, for as long as it runs."""
+    while True:
+        try:
+            await book.register.remote(tag, url)
+        except Exception as exc:  # noqa: BLE001 - the actor restarts; try again
+            log.info("replica %s could not register (%s)", tag, exc)
+        await asyncio.sleep(REGISTER_EVERY)
