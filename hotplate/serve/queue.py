@@ -68,6 +68,7 @@ class JobQueue:
         self.ready = False
         self.draining_until: float | None = None  # set by drain(): admit nothing more
         self.in_flight = 0  # admitted requests whose answer has not ended (admission.py)
+        self._pending: set[asyncio.Task] = set()
         self.metrics = metrics or Metrics()
         self.times = ServiceTimes()
         self.retention = retention or Retention(86400.0, records.path.parent)
@@ -224,8 +225,9 @@ class JobQueue:
     def request_ended(self) -> None:
         """An admitted request's answer ended (admission.py): wakes a drain waiting on it."""
         self.in_flight -= 1
-        self.work.set()
-        asyncio.get_running_loop().create_task(self._notify())
+        task = asyncio.get_running_loop().create_task(self._notify())
+        self._pending.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._pending.discard)
 
     def depth(self, priority: str | None = None) -> int:
         """Jobs waiting for a worker (of one priority: "editor" or "background")."""
