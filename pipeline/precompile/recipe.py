@@ -167,7 +167,7 @@ def for_backend(recipe: Recipe, backend: str, explicit: frozenset[str] = frozens
     For musetalk: S3FD, DWPose, BiSeNet in the version's mode (v1.5 jaw, v1.0 raw), the
     version's crop rules (v1.5 also forces bbox_shift 0) and the VAE MuseTalk decodes with,
     the version read from the UNet files in the models dir. A field named in `explicit`
-    (a flag or a setting gave it, even its default value: `HOTPLATE_LANDMARKS=retinaface`
+    (a flag or a setting gave it, even its default value: `HOTPLATE_LANDMARKS=facemesh`
     is a choice) or already off its default (a recipe made in code) is kept. Other
     backends: the recipe unchanged.
     """

@@ -62,6 +62,7 @@ def test_a_renderer_is_ready_only_with_every_weight_of_the_recipe_it_implies(tmp
     files are there, but the recipe it implies needs those two, so it is not ready, and
     the fix names both files and the setting that picks other landmarks. With settings
     that pick landmarks and a detector this machine has, it is ready."""
+    from pipeline.precompile.recipe import Recipe
     from tests.pipeline.parity_fixtures import save_upstream_models
 
     models = save_upstream_models(tmp_path / "models")
@@ -73,9 +74,11 @@ def test_a_renderer_is_ready_only_with_every_weight_of_the_recipe_it_implies(tmp
     assert "79999_iter.pth" not in lines[at]  # BiSeNet's is in the folder
     fix = "\n".join(lines[at + 1 : at + 8])
     assert str(models / "dwpose" / "dw-ll_ucoco_384.pth") in fix
-    assert "HOTPLATE_LANDMARKS=retinaface" in fix and "HOTPLATE_DETECTOR=retinaface" in fix
+    default = Recipe()
+    assert f"HOTPLATE_LANDMARKS={default.landmarks}" in fix
+    assert f"HOTPLATE_DETECTOR={default.detector}" in fix
 
-    chosen = {"HOTPLATE_LANDMARKS": "retinaface", "HOTPLATE_DETECTOR": "dlib"}
+    chosen = {"HOTPLATE_LANDMARKS": default.landmarks, "HOTPLATE_DETECTOR": "dlib"}
     lines = doctor(tmp_path, models, chosen).splitlines()
     row = next(line for line in lines if "renderer musetalk:" in line)
     assert row.startswith("ok    renderer musetalk: ready"), row

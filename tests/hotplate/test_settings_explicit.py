@@ -1,13 +1,16 @@
 """The settings remember what was set, even to a default value, and the recipe rule keeps
-it: `HOTPLATE_LANDMARKS=retinaface` with backend musetalk stays retinaface (it was
-replaced by DWPose because it equals the default, then DWPose's weights were missing)."""
+it: the default landmarks set by HOTPLATE_LANDMARKS (or hotplate.toml) with backend
+musetalk stay (they were replaced by DWPose because they equal the default, then DWPose's
+weights were missing)."""
 
 import pytest
 
 from hotplate.cluster.serve import settings_env
 from hotplate.settings import load_settings
-from pipeline.precompile.recipe import effective_recipe
+from pipeline.precompile.recipe import Recipe, effective_recipe
 from tests.pipeline.parity_fixtures import save_upstream_models
+
+DEFAULT = Recipe().landmarks  # set explicitly below: a choice, though equal to the default
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +33,14 @@ def clean(monkeypatch, tmp_path):
 def test_a_setting_equal_to_its_default_is_kept_against_the_backend(clean, tmp_path, models, where):
     config = None
     if where == "env":
-        clean.setenv("HOTPLATE_LANDMARKS", "retinaface")
+        clean.setenv("HOTPLATE_LANDMARKS", DEFAULT)
     else:
         config = tmp_path / "hotplate.toml"
-        config.write_text('[recipe]\nlandmarks = "retinaface"\n')
+        config.write_text(f'[recipe]\nlandmarks = "{DEFAULT}"\n')
     settings = load_settings(config, models=models, cache=tmp_path / "cache")
     assert "landmarks" in settings.recipe.explicit and "models" in settings.explicit
     recipe = effective_recipe(settings.recipe, backend="musetalk")
-    assert recipe.landmarks == "retinaface"  # kept: the user's choice
+    assert recipe.landmarks == DEFAULT  # kept: the user's choice
     assert recipe.detector == "s3fd" and recipe.mask == "bisenet"  # not set: implied
     assert recipe.vae == "sd-vae"
 
@@ -46,9 +49,9 @@ def test_ray_replicas_get_what_was_set_and_nothing_else(clean, tmp_path):
     """The replicas load their settings from HOTPLATE_* variables: a recipe field the
     driver left unset must stay unset there, or musetalk's implied recipe would no longer
     apply to it; one the driver set must stay set."""
-    clean.setenv("HOTPLATE_LANDMARKS", "retinaface")
+    clean.setenv("HOTPLATE_LANDMARKS", DEFAULT)
     env = settings_env(load_settings(None, cache=tmp_path / "cache"))
-    assert env["HOTPLATE_LANDMARKS"] == "retinaface"
+    assert env["HOTPLATE_LANDMARKS"] == DEFAULT
     assert "HOTPLATE_DETECTOR" not in env and "HOTPLATE_MASK" not in env
     for name, value in env.items():
         clean.setenv(name, value)
