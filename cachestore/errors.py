@@ -25,3 +25,7 @@ class MissingStageError(StoreError):
 
 class StoreFullError(StoreError):
     """The disk under the cache directory has no room for a write (ENOSPC)."""
+
+
+class StoreForkedError(StoreError):
+    """A forked child asked for a store its parent has open (LMDB forbids it after fork)."""

@@ -6,7 +6,8 @@ write transaction, so a concurrent writer sees the store before or after gc, nev
 between. A render reads in many transactions, so it leases its avatar
 (`cachestore/leases.py`): live leases are roots that even `max_size` never evicts. A
 build in progress leases its avatar key and every stage key it will write, from its
-flight lock to its avatar manifest, so the stages it has written are roots too.
+flight lock to its avatar manifest, so the stages it has written are roots too; a pull
+leases the blobs it writes until the records that name them are in.
 """
 
 from __future__ import annotations
@@ -119,8 +120,7 @@ def _plan(
     stages = {k: (unpack(v), n) for k, (v, n) in table("stage").items()}
     access = {k: unpack(v) for k, (v, _) in table("access").items()}
     pins = set(table("pin"))
-    with txn.cursor(db=store.dbs["blob"]) as cur:
-        blob_sizes = {bytes(k).decode(): len(k) + len(v) for k, v in cur}
+    blob_sizes = _blob_sizes(store, txn, [rec for rec, _ in stages.values()])
 
     plan = GcPlan(total_entries=len(avatars) + len(stages) + len(blob_sizes))
     plan.total_bytes = (
@@ -153,11 +153,33 @@ def _plan(
 
     plan.avatars = sorted(set(avatars) - keep_avatars)
     plan.stages = sorted(set(stages) - keep_stages)
-    plan.blobs = sorted(set(blob_sizes) - named_blobs)
+    # a pull leases the blobs it writes until its records name them
+    plan.blobs = sorted(set(blob_sizes) - named_blobs - leased)
     plan.freed = {f"avatar:{k}": avatars[k][1] for k in plan.avatars}
     plan.freed.update({f"stage:{k}": stages[k][1] for k in plan.stages})
     plan.freed.update({f"blob:{k}": blob_sizes[k] for k in plan.blobs})
     return plan
+
+
+def _blob_sizes(store: Store, txn, records: list[dict]) -> dict[str, int]:
+    """Every blob key -> its entry's bytes, without reading the blobs: a stage record keeps
+    the size of each blob it names (`sizes`). gc holds the lease barrier meanwhile, so a
+    walk over every value (which a write transaction copies) would hold every new lease
+    in every process for a read of the whole store. Only blobs no record sizes (orphans,
+    records written before sizes were kept) are read."""
+    known = {}
+    for rec in records:
+        for name, size in (rec.get("sizes") or {}).items():
+            if name in rec["blobs"]:
+                known[rec["blobs"][name]] = size
+    db = store.dbs["blob"]
+    sizes = {}
+    with txn.cursor(db=db) as cur:
+        for k in cur.iternext(keys=True, values=False):
+            digest = bytes(k).decode()
+            size = known.get(digest)
+            sizes[digest] = len(k) + (len(txn.get(k, db=db)) if size is None else size)
+    return sizes
 
 
 def _evict_lru(keep, avatars, stages, blob_sizes, access, pins, max_size) -> set[str]:

@@ -12,11 +12,11 @@ even when the file is rewritten in place (rsync --inplace, a re-export) meanwhil
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from cachestore.atomic import create_locked, unlocked
 from cachestore.keys import FileStat, copy_and_hash, hash_file
 from cachestore.space import raise_if_full
 from cachestore.store import Store
@@ -59,7 +59,8 @@ def snapshot(
     """A private copy of the file at path and the digest of exactly its bytes.
 
     The copy lives in the store directory (same disk as what it becomes) until the
-    block ends; copies left by killed processes are removed by the next snapshot.
+    block ends, locked (flock) meanwhile; copies nobody holds locked (their process was
+    killed) are removed by the next snapshot.
     The stat cache learns the digest, since the file was unchanged during the copy.
     Raises FileChangedError (the file changed during the copy), StoreFullError
     (no space for the copy) and OSError.
@@ -68,9 +69,11 @@ def snapshot(
     folder = store.path / SNAPSHOTS
     folder.mkdir(exist_ok=True)
     _remove_orphans(folder)
-    fd, name = tempfile.mkstemp(dir=folder, prefix=f"{os.getpid()}-", suffix=path.suffix)
-    os.close(fd)
-    copy = Path(name)
+    # locked from before it has its name: the lock, not the pid, says it is live (pids
+    # mean nothing across the PID namespaces of containers sharing one cache)
+    name = f"{os.getpid()}-{os.urandom(6).hex()}{path.suffix}"
+    lock = create_locked(folder, name)
+    copy = folder / name
     try:
         try:
             digest, stat = copy_and_hash(path, copy, on_bytes)
@@ -82,11 +85,12 @@ def snapshot(
         yield copy, digest
     finally:
         copy.unlink(missing_ok=True)
+        os.close(lock)
 
 
 def _remove_orphans(folder: Path) -> None:
-    """Delete copies whose process is gone (a precompile killed with -9)."""
+    """Delete copies nobody holds locked (a precompile killed with -9): a live snapshot
+    holds its flock until it ends, and the kernel drops it when its process dies."""
     for entry in folder.iterdir():
-        pid = entry.name.split("-", 1)[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        if not entry.name.startswith(".") and unlocked(entry):
             entry.unlink(missing_ok=True)

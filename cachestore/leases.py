@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from cachestore.atomic import create_locked
 from cachestore.flight import Holder
 
 LEASES = "leases"
@@ -66,7 +67,8 @@ class Lease:
             return
         name = f"{self.holder.pid}-{next(_SERIAL)}-{os.urandom(3).hex()}.lease"
         record = {**self.holder.record(), "keys": list(new)}
-        self.files.append((self.folder / name, _create_locked(self.folder, name, record)))
+        data = json.dumps(record).encode()
+        self.files.append((self.folder / name, create_locked(self.folder, name, data)))
         self.keys += new
         _pass_barrier(self.folder)
 
@@ -81,34 +83,6 @@ class Lease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def _create_locked(folder: Path, name: str, record: dict) -> int:
-    """The lease file, locked and written before it is visible under its name: gc never
-    sees it unlocked (it would take it for a dead holder's and unlink it). An unnamed
-    O_TMPFILE is linked in once locked; where the filesystem has no O_TMPFILE, a dot-name
-    temp is renamed, and gc leaves dot-names alone (see live_leases)."""
-    data = json.dumps(record).encode()
-    try:
-        fd = os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o644)
-    except (AttributeError, OSError):
-        fd = None
-    if fd is not None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, data)
-        # linkat(AT_SYMLINK_FOLLOW) names the open file; a dir fd makes os.link use it
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
-        finally:
-            os.close(dir_fd)
-        return fd
-    tmp = folder / f".{name}.tmp"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    os.write(fd, data)
-    os.rename(tmp, folder / name)
-    return fd
 
 
 def _pass_barrier(folder: Path) -> None:

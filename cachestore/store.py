@@ -6,9 +6,11 @@ msgpack records. A stage's blobs and its manifest are written in one write
 transaction, so a crash leaves all of it or none; a manifest whose blobs are missing
 or damaged reads as a miss.
 
-Guarantees: process-safe (LMDB's lock file), thread-safe for reads and writes, fork-
-and spawn-safe (`open_store` in a forked child closes the inherited handle and opens its
-own). Not for NFS.
+Guarantees: process-safe (LMDB's lock file), thread-safe for reads and writes, spawn-
+safe, and fork-safe: a forked child never touches the environment it inherited (using or
+closing it would end the parent's reads in the shared reader table), so asking for that
+store there is one clear error; stores the parent never opened are the child's own. Not
+for NFS.
 
 Map growth: LMDB allows `set_mapsize` only while no transaction of this process is open,
 and a resize unmaps every buffer handed out before it. So every transaction passes a
@@ -38,6 +40,7 @@ from cachestore import codec
 from cachestore.errors import (
     MissingStageError,
     StoreDamagedError,
+    StoreForkedError,
     StoreFullError,
     StoreNotWritableError,
 )
@@ -100,27 +103,45 @@ class Reader:
 
     def blob_ok(self, digest: str, checksums: bool = True) -> bool:
         """The blob is present and whole: its header parses, its payload has the size the
-        header gives and (with `checksums`) the xxh3-64 the header records."""
+        header gives and (with `checksums`) the whole value hashes to its digest."""
         value = self.txn.get(digest.encode(), db=self.store.dbs["blob"])
         if value is None:
             return False
         try:
-            codec.decode(value, verify=checksums)
+            codec.check(value, digest if checksums else None)
         except codec.CodecError:
             return False
         return True
 
     def stage_ok(self, key: str, checksums: bool = True) -> bool:
         """The stage manifest exists and every blob it names is whole (see blob_ok)."""
-        rec = self.get("stage", key)
-        return rec is not None and all(self.blob_ok(d, checksums) for d in rec["blobs"].values())
+        return not self.damaged({"": key}, checksums)[0]
+
+    def damaged(
+        self, stages: Mapping[str, str], checksums: bool = True
+    ) -> tuple[list[str], list[str]]:
+        """(the names of `stages`, name -> stage key, whose manifest is missing or names a
+        missing or damaged blob; the digests of the present but damaged blobs)."""
+        names, bad = [], []
+        for name, key in stages.items():
+            rec = self.get("stage", key)
+            if rec is None:
+                names.append(name)
+                continue
+            broken = [d for d in rec["blobs"].values() if not self.blob_ok(d, checksums)]
+            if broken:
+                names.append(name)
+                blob_db = self.store.dbs["blob"]
+                bad += [d for d in broken if self.txn.get(d.encode(), db=blob_db) is not None]
+        return names, bad
 
     def array(self, digest: str, verify: bool = True) -> np.ndarray:
-        """Zero-copy view of one blob; raises KeyError if absent, CodecError if damaged."""
+        """Zero-copy view of one blob; raises KeyError if absent, CodecError if damaged
+        (with `verify`, any byte of it: the value must hash to its digest)."""
         value = self.txn.get(digest.encode(), db=self.store.dbs["blob"])
         if value is None:
             raise KeyError(f"blob {digest} is not in the store")
-        return codec.decode(value, verify=verify)[1]
+        return codec.decode(value, verify=verify, digest=digest)[1]
 
 
 class TxnGate:
@@ -213,6 +234,7 @@ class Store:
     ) -> None:
         self.path = Path(path)
         self.readonly = readonly
+        self.pid = os.getpid()  # the one process that may use (or close) the environment
         self._write_lock = threading.Lock()
         self._gate = TxnGate()
         self._check_path()
@@ -306,7 +328,10 @@ class Store:
             )
 
     def close(self) -> None:
-        self.env.close()
+        """Close the environment; in a forked child only this copy of the hold is let go:
+        closing the environment there would abort the parent's transactions."""
+        if os.getpid() == self.pid:
+            self.env.close()
         if self._hold is not None:
             os.close(self._hold)
             self._hold = None
@@ -316,6 +341,8 @@ class Store:
     def _begin(self, write: bool) -> lmdb.Transaction:
         """Open a transaction with the gate held shared; adopts another process's map
         growth on the way (MapResizedError), with no transaction of ours open."""
+        if os.getpid() != self.pid:
+            raise forked_error(self.path, self.pid)
         while True:
             self._gate.enter()
             try:
@@ -405,6 +432,7 @@ class Store:
         record = {
             "name": name,
             "blobs": blobs,
+            "sizes": {n: len(v) for n, v in encoded.items()},  # gc measures by these
             "meta": dict(meta),
             "created": created,
             "nbytes": nbytes,
@@ -432,13 +460,43 @@ class Store:
         with self.read() as r:
             return r.stage_ok(key)
 
-    def damaged_stages(self, stages: Mapping[str, str], checksums: bool = True) -> list[str]:
+    def damaged_stages(
+        self, stages: Mapping[str, str], checksums: bool = True, remove_damaged: bool = False
+    ) -> list[str]:
         """The names (of `stages`, name -> stage key) whose manifest is missing or that
         name a missing or damaged blob, in one read snapshot. This is the hit path's
-        integrity check: with `checksums` every blob's payload is hashed, without it
-        only headers and sizes are read."""
+        integrity check: with `checksums` every blob is hashed whole against its digest,
+        without it only headers and sizes are read.
+
+        With `remove_damaged` (the hit path's), a damaged blob found is removed from a
+        writable store, so damage found once is damage to every later check, the
+        presence checks of listings included; the rebuild that follows writes it anew."""
         with self.read() as r:
-            return [n for n, k in stages.items() if not r.stage_ok(k, checksums)]
+            names, bad = r.damaged(stages, checksums)
+        if bad and remove_damaged and not self.readonly:
+            self.drop_damaged(bad)
+        return names
+
+    def drop_damaged(self, digests: list[str]) -> None:
+        """Delete these blobs where they are still damaged (a repair may have rewritten
+        one meanwhile); skipped on a full disk, where the next check finds them again."""
+
+        def txn_fn(txn: lmdb.Transaction) -> None:
+            db = self.dbs["blob"]
+            for digest in digests:
+                value = txn.get(digest.encode(), db=db)
+                if value is None:
+                    continue
+                try:
+                    codec.check(value, digest)
+                except codec.CodecError:
+                    txn.delete(digest.encode(), db=db)
+                    self._count(txn, "damaged_blobs_removed", 1)
+
+        try:
+            self.write(txn_fn)
+        except StoreFullError:
+            pass
 
     def load_arrays(self, key: str, names: list[str] | None = None) -> dict[str, np.ndarray] | None:
         """Copies of a stage's arrays, checksums verified; None when missing or damaged."""
@@ -479,15 +537,15 @@ class Store:
             return rec
 
     def avatar_bytes(self, key: str) -> int | None:
-        """The bytes of every stage the avatar names, read in one snapshot; None when the
-        avatar or any stage or blob below it is missing (a gc may have removed it: a
-        listing then shows it cold rather than failing)."""
+        """The bytes of every stage the avatar names, read in one snapshot; None unless it
+        is hot by the hit check's definition (pipeline/hot.py) at the depth a listing can
+        afford: every stage there and every blob present with a whole header and payload
+        size, its bytes not hashed. A listing shows a gc'd avatar cold, never fails."""
         with self.read() as r:
             rec = r.get("avatar", key)
-            if rec is None:
+            if rec is None or r.damaged(rec["stages"], checksums=False)[0]:
                 return None
-            stages = [r.stage(s) for s in rec["stages"].values()]
-            return None if None in stages else sum(s.nbytes for s in stages)
+            return sum(r.get("stage", s)["nbytes"] for s in rec["stages"].values())
 
     def touch(self, key: str) -> None:
         """Record a use of an avatar (for LRU eviction and the gc grace period).
@@ -525,6 +583,18 @@ class Store:
 
 _OPEN: dict[tuple[str, bool], tuple[int, Store]] = {}
 _OPEN_LOCK = threading.Lock()
+# Stores a forked child inherited, by path: never used nor closed there, only remembered,
+# so that asking for one is a clear error (py-lmdb refuses a second open in any case).
+_INHERITED: dict[str, Store] = {}
+
+
+def forked_error(path: str | os.PathLike, parent: int) -> StoreForkedError:
+    return StoreForkedError(
+        f"the store at {path} was opened by process {parent} before it forked this one "
+        f"(pid {os.getpid()}); LMDB forbids using or closing it after fork, which would end "
+        f"the parent's reads: open it in a process started with spawn "
+        f"(multiprocessing.get_context('spawn')) or a new program instead"
+    )
 
 
 def open_store(
@@ -536,17 +606,19 @@ def open_store(
     request closes a read-only Store this process opened before. map_size: the initial
     map (the `map_size` setting; default 8 GiB), used when this process first opens it.
 
-    A child created by fork must not use its parent's environment: the pid check makes
-    it close the inherited handles (its own copies; the parent's stay open) and open
-    its own.
+    A child created by fork must not use its parent's environment, nor close it: a store
+    the parent had open raises StoreForkedError there (one line naming the fix); any
+    other store opens as usual.
     """
     real = os.path.realpath(path)
     mine = os.getpid()
     with _OPEN_LOCK:
         for entry, (pid, inherited) in list(_OPEN.items()):
-            if pid != mine:  # opened before a fork: release this child's copy
+            if pid != mine:  # opened before a fork: the parent's, left alone
                 del _OPEN[entry]
-                inherited.close()
+                _INHERITED[entry[0]] = inherited
+        if real in _INHERITED:
+            raise forked_error(real, _INHERITED[real].pid)
         # A writable handle serves reads too; a read-only one is replaced by a writable one.
         for ro in (False, True) if readonly else (False,):
             if (real, ro) in _OPEN:

@@ -37,7 +37,7 @@ def verify(store: Store) -> tuple[int, list[Problem]]:
                     problems.append(Problem("missing-blob", f"stage:{key}", f"{name} -> {digest}"))
                     continue
                 try:
-                    codec.decode(value, verify=True)
+                    codec.check(value, digest)
                 except codec.CodecError as exc:
                     problems.append(
                         Problem("bad-blob", f"stage:{key}", f"{name} -> {digest}: {exc}")

@@ -59,6 +59,12 @@ SETTINGS: dict[str, tuple[type, Any, str]] = {
         "the same file accept each other's (empty: a random key per server, shared by the "
         "replicas of one `serve --ray`)",
     ),
+    "remote_key": (
+        str,
+        lambda: "",
+        "key signing the tier's manifests (HMAC-SHA256), or @FILE holding it; pulls then "
+        "refuse manifests it did not sign (empty: none)",
+    ),
 }
 RECIPE_FIELDS = {f.name for f in fields(Recipe) if f.compare}  # not models_dir, explicit
 
@@ -75,6 +81,7 @@ class Settings:
     map_size: int
     remote: str = ""
     signing_key_file: str = ""
+    remote_key: str = ""
     recipe: Recipe = field(default_factory=Recipe)
     config_file: Path | None = None
     # the settings a flag, a variable or the file gave (recipe fields: `recipe.explicit`)

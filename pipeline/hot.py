@@ -37,13 +37,19 @@ def lease_avatar(store: Store, avatar_key: str) -> Iterator[Lease | None]:
 def hot_check(store: Store, avatar_key: str) -> tuple[dict | None, list[str]]:
     """The one definition of hot, for render and precompile alike: (the avatar's manifest,
     or None when there is none; the names of its damaged stages). Hot is a manifest and
-    nothing damaged. Every blob below the avatar is checked against its checksum (the hit
-    path's integrity check, ~1% of a render's reads: bench/bench_integrity.py), so a
-    damaged avatar reads as cold and is rebuilt."""
+    nothing damaged. Every blob below the avatar is hashed whole against its digest (the
+    hit path's integrity check, ~1% of a render's reads: bench/bench_integrity.py), so a
+    damaged avatar reads as cold and is rebuilt.
+
+    Listings (`hotplate ls`, the service's catalog) ask the same question of
+    `Store.avatar_bytes`, one level shallower: every blob present with a whole header and
+    size, not hashed (a listing of every source on every request cannot hash the store).
+    A damaged blob this check finds is removed from the store, so from then on the
+    listings see it too (docs/DESIGN.md, "One definition of hot")."""
     manifest = store.read_value("avatar", avatar_key)
     if manifest is None:
         return None, []
-    return manifest, store.damaged_stages(manifest["stages"])
+    return manifest, store.damaged_stages(manifest["stages"], remove_damaged=True)
 
 
 def why_not_hot(store: Store, avatar_key: str) -> str | None:

@@ -1,42 +1,57 @@
-"""Push a hot avatar to the blob tier: blobs first, then its manifest.
+"""Push a hot avatar to the blob tier: blobs first, then its manifest, under a lease.
 
-Each blob is checked against its own digest before it leaves (a damaged local blob is
-not spread), named by its SHA-256, and skipped when the tier already holds an object of
-that name and size (one HEAD each). The manifest goes last, so a reader that finds it
-finds every blob it names. Two stores pushing the same avatar at once write the same
-blob bytes under the same names; each PUT is atomic, so the later one wins whole.
+Each blob is checked against its digest before it leaves (a damaged local blob is not
+spread), named by its SHA-256, and skipped when the tier already holds an object of that
+name and size (one HEAD each), unless this store once refused that object as damaged
+(`remote_mend`): then it is uploaded again, which mends it. The manifest goes last (signed
+when `remote_key` is set, manifest.py), so a reader that finds it finds every blob it
+names. Two stores pushing the same avatar at once write the same blob bytes under the
+same names; each PUT is atomic, so the later one wins whole. The avatar is leased for
+the whole push, so gc cannot take it midway.
 
-The manifest (JSON, under `ac/`): {"body": {...}, "sha256": hex of the canonical body}
-with body = {"hotplate": 1, "avatar": key, "record": the avatar record (without its
-local times), "stages": {stage key: stage record}, "blobs": {xxh3: [sha256, size]}}.
+After a build, the push runs in a process of its own (`push_after_build`, this module's
+`main`), not in a thread of the builder: a render worker is killed when its job is
+cancelled and shortly after the server stops, and a push in its thread died with it. The
+push process leases the avatar before the builder lets go of its own lease, gives up
+after PUSH_SECONDS, and writes the store's push counters itself; a process that ends
+waits for its pushes up to that long.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import xxhash
-
 from cachestore import codec
-from cachestore.errors import StoreError
-from cachestore.keys import canonical
-from cachestore.remote.tier import Remote, RemoteError, ac_path, cas_path, sha256
-from cachestore.store import Store
+from cachestore.errors import StoreError, StoreFullError
+from cachestore.leases import Lease
+from cachestore.remote.manifest import MANIFEST_VERSION, manifest_bytes
+from cachestore.remote.tier import (
+    Remote,
+    RemoteError,
+    ac_path,
+    cas_path,
+    open_remote,
+    remote_key,
+    sha256,
+)
+from cachestore.store import Store, pack, unpack
 
 logger = logging.getLogger(__name__)
 
-MANIFEST_VERSION = 1
 PARALLEL = 4  # objects in flight at once; loopback and LAN tiers saturate at a few
-BACKGROUND_JOIN = 60.0  # seconds a finishing process waits for its background pushes
+PUSH_SECONDS = 60.0  # a push process gives up after this long; an ending process waits as long
+MEND = "remote_mend"  # meta key: object paths this store refused as damaged on the tier
 
 # progress(done_bytes, total_bytes)
 Progress = Callable[[int, int], None]
@@ -53,10 +68,8 @@ class PushReport:
     sent: int = 0  # blobs uploaded (the rest were on the tier already)
     bytes_sent: int = 0
     seconds: float = 0.0
-
-
-def manifest_bytes(body: dict[str, Any]) -> bytes:
-    return json.dumps({"body": body, "sha256": sha256(canonical(body))}, sort_keys=True).encode()
+    names: dict[str, list] = field(default_factory=dict)  # xxh3 -> [sha256, size]
+    mended: set[str] = field(default_factory=set)  # refused objects uploaded again
 
 
 def _collect(store: Store, avatar: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -88,131 +101,231 @@ def _collect(store: Store, avatar: str) -> tuple[dict[str, Any], dict[str, dict[
 
 
 def _blob(store: Store, digest: str) -> bytes:
-    """A copy of one blob's bytes, checked against its xxh3 name and its codec checksum."""
+    """A copy of one blob's bytes, checked whole against its digest."""
     with store.read() as r:
         value = r.txn.get(digest.encode(), db=store.dbs["blob"])
         data = None if value is None else bytes(value)
-    if data is None or xxhash.xxh3_128_hexdigest(data) != digest:
-        raise NotHotError(
-            f"blob {digest[:16]} in {store.path} is missing or damaged; "
-            f"run `hotplate verify --repair` and push again"
-        )
     try:
-        codec.decode(data, verify=True)
+        if data is None:
+            raise codec.CodecError("missing")
+        codec.check(data, digest)
     except codec.CodecError as exc:
         raise NotHotError(
-            f"blob {digest[:16]} in {store.path} is damaged ({exc}); "
+            f"blob {digest[:16]} in {store.path} is missing or damaged ({exc}); "
             f"run `hotplate verify --repair` and push again"
         ) from exc
     return data
 
 
+def note_mend(store: Store, path: str) -> None:
+    """Remember that the tier's object `path` was refused as damaged: the next push of a
+    blob of that name uploads it whatever HEAD says. Skipped on a full disk."""
+    _change_mend(store, lambda found: found | {path})
+
+
+def _change_mend(store: Store, change: Callable[[set[str]], set[str]]) -> None:
+    def txn_fn(txn: Any) -> None:
+        db = store.dbs["meta"]
+        found = set(unpack(txn.get(MEND.encode(), db=db)) or [])
+        txn.put(MEND.encode(), pack(sorted(change(found))), db=db)
+
+    with contextlib.suppress(StoreFullError):
+        store.write(txn_fn)
+
+
 def push_avatar(
-    store: Store, remote: Remote, avatar: str, progress: Progress | None = None
+    store: Store,
+    remote: Remote,
+    avatar: str,
+    progress: Progress | None = None,
+    on_leased: Callable[[], None] | None = None,
 ) -> PushReport:
-    """Upload one hot avatar; raises NotHotError (local data missing) and RemoteError."""
+    """Upload one hot avatar under a lease (on_leased() is called once it is held);
+    raises NotHotError (local data missing) and RemoteError (the tier, or an unreadable
+    remote_key file: nothing unsigned is pushed when a key is set)."""
     start = time.perf_counter()
     progress = progress or (lambda done, total: None)
-    record, stages = _collect(store, avatar)
+    key = remote_key(store.path)
+    with contextlib.ExitStack() as held:
+        if not store.readonly:  # a read-only store has no gc that could take it
+            held.enter_context(Lease(store.path, [avatar]))
+        if on_leased is not None:
+            on_leased()
+        record, stages = _collect(store, avatar)
+        report = _push_blobs(store, remote, avatar, stages, progress)
+        # the manifest, last: whoever finds it finds every blob it names
+        body = {
+            "hotplate": MANIFEST_VERSION,
+            "avatar": avatar,
+            "record": record,
+            "stages": stages,
+            "blobs": report.names,
+        }
+        remote.put(ac_path("avatar", avatar), manifest_bytes(body, key))
+    report.seconds = time.perf_counter() - start
+    if not store.readonly:
+        store.count("pushes")
+        store.count("bytes_pushed", report.bytes_sent)
+        if report.mended:
+            _change_mend(store, lambda found: found - report.mended)
+    return report
+
+
+def _push_blobs(
+    store: Store, remote: Remote, avatar: str, stages: dict[str, dict], progress: Progress
+) -> PushReport:
     digests = sorted({d for s in stages.values() for d in s["blobs"].values()})
     report = PushReport(avatar, blobs=len(digests))
+    mend = set(store.read_value("meta", MEND) or [])
     sizes: dict[str, int] = {}
     with store.read() as r:  # sizes for progress, without copying anything yet
         for d in digests:
             value = r.txn.get(d.encode(), db=store.dbs["blob"])
             sizes[d] = 0 if value is None else len(value)
     total, done = sum(sizes.values()), 0
-    names: dict[str, list] = {}
     lock = threading.Lock()
 
     def one(digest: str) -> None:
         nonlocal done
         data = _blob(store, digest)
-        name = sha256(data)
-        path = cas_path(name)
-        sent = remote.head(path) != len(data)
+        path = cas_path(sha256(data))
+        sent = path in mend or remote.head(path) != len(data)
         if sent:
             remote.put(path, data)
         with lock:
-            names[digest] = [name, len(data)]
+            report.names[digest] = [path[4:], len(data)]
             done += len(data)
             if sent:
                 report.sent += 1
                 report.bytes_sent += len(data)
+                if path in mend:
+                    report.mended.add(path)
             progress(done, total)
 
-    # 1. blobs, a few at a time (obstore and hashlib release the GIL)
+    # a few at a time (obstore and hashlib release the GIL)
     with ThreadPoolExecutor(PARALLEL) as pool:
         for future in [pool.submit(one, d) for d in digests]:
             future.result()
-    # 2. the manifest, last: whoever finds it finds every blob it names
-    body = {
-        "hotplate": MANIFEST_VERSION,
-        "avatar": avatar,
-        "record": record,
-        "stages": stages,
-        "blobs": names,
-    }
-    remote.put(ac_path("avatar", avatar), manifest_bytes(body))
-    report.seconds = time.perf_counter() - start
-    if not store.readonly:
-        store.count("pushes")
-        store.count("bytes_pushed", report.bytes_sent)
     return report
 
 
-_BACKGROUND: list[threading.Thread] = []
+class Push:
+    """A push process started after a build (see the module's docstring): its lines go to
+    `say`; the builder's hand-over lease is released once the push has leased the avatar."""
 
+    def __init__(self, proc: subprocess.Popen, lease: Lease, say: Callable[[str], None]) -> None:
+        self.proc, self.lease, self.say = proc, lease, say
+        self.thread = threading.Thread(target=self._follow, name="push-follow", daemon=True)
+        self.thread.start()
 
-def push_in_background(
-    store: Store, remote: Remote, avatar: str, say: Callable[[str], None] | None = None
-) -> threading.Thread:
-    """Push after a JIT build without holding up the render; a failure is a warning line
-    and the `push_failures` counter, never an error. A process that ends waits for its
-    pushes up to BACKGROUND_JOIN seconds (the client's timeouts bound each request)."""
-    say = say or logger.warning
-
-    def run() -> None:
+    def _follow(self) -> None:
         try:
-            push_avatar(store, remote, avatar)
-        except Exception as exc:  # a background thread must not die loudly mid-render
-            why = str(exc) if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}"
-            say(f"warning: push of avatar {avatar[:16]} to {remote.url} failed: {why}")
-            with contextlib.suppress(Exception):  # the store may be closing
-                store.count("push_failures")
+            for line in self.proc.stdout:
+                line = line.rstrip("\n")
+                if line == "leased":
+                    self.lease.release()  # the push holds its own now
+                elif line:
+                    self.say(line)
+        finally:
+            self.lease.release()
+            self.proc.wait()
 
-    thread = threading.Thread(target=run, name=f"push-{avatar[:12]}", daemon=True)
-    if not _BACKGROUND:
-        atexit.register(wait_for_pushes)
-    _BACKGROUND.append(thread)
-    thread.start()
-    return thread
+    def is_alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+
+
+_BACKGROUND: list[Push] = []
 
 
 def push_after_build(
     store: Store, avatar: str, say: Callable[[str], None] | None = None
-) -> threading.Thread | None:
-    """The precompile build hook: push `avatar` in the background when a remote is set."""
+) -> Push | None:
+    """The precompile build hook: push `avatar` in a process of its own when a remote is
+    set. Called while the build still leases the avatar; a hand-over lease covers the
+    moment until the push process has taken its own. A failed push is a warning line and
+    the `push_failures` counter, never an error."""
+    from cachestore.remote import ray_flight
     from cachestore.remote.tier import remote_for
 
+    say = say or logger.warning
     try:
         remote = remote_for(store)
     except RemoteError as exc:
-        (say or logger.warning)(f"warning: {exc}")
+        say(f"warning: {exc}")
         return None
-    if remote is None:
+    if remote is None or store.readonly:
         return None
-    thread = push_in_background(store, remote, avatar, say)
-    from cachestore.remote import ray_flight
+    lease = Lease(store.path, [avatar])
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cachestore.remote.push", str(store.path), avatar, remote.url],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # not the builder's: a Ctrl-C or a worker's kill spares it
+        )
+    except OSError as exc:
+        lease.release()
+        say(f"warning: push of avatar {avatar[:16]} to {remote.url} not started: {exc}")
+        store.count("push_failures")
+        return None
+    push = Push(proc, lease, say)
+    if not _BACKGROUND:
+        atexit.register(wait_for_pushes)
+    _BACKGROUND.append(push)
+    ray_flight.held_push(store, avatar, push)  # another node waits for this push, not less
+    return push
 
-    ray_flight.held_push(store, avatar, thread)  # another node waits for this push, not less
-    return thread
 
-
-def wait_for_pushes(timeout: float = BACKGROUND_JOIN) -> bool:
-    """Join this process's background pushes; False when one is still running."""
+def wait_for_pushes(timeout: float = PUSH_SECONDS + 5) -> bool:
+    """Join this process's pushes; False when one is still running."""
     deadline = time.monotonic() + timeout
-    for thread in list(_BACKGROUND):
-        thread.join(max(0.0, deadline - time.monotonic()))
-    _BACKGROUND[:] = [t for t in _BACKGROUND if t.is_alive()]
+    for push in list(_BACKGROUND):
+        push.join(max(0.0, deadline - time.monotonic()))
+    _BACKGROUND[:] = [p for p in _BACKGROUND if p.is_alive()]
     return not _BACKGROUND
+
+
+def _tell(line: str) -> None:
+    """A line to the builder, if it is still there to read it."""
+    with contextlib.suppress(OSError):
+        print(line, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m cachestore.remote.push CACHE AVATAR URL`: one push, as push_after_build
+    starts it. Prints "leased" once the avatar is leased, then warnings, if any."""
+    from cachestore.store import open_store
+
+    cache, avatar, url = argv
+    try:
+        store = open_store(cache)
+    except Exception as exc:  # the store went away (a test's tmp dir) or is full
+        _tell(f"warning: push of avatar {avatar[:16]} to {url} failed: {exc}")
+        return 1
+
+    def give_up() -> None:
+        _tell(f"warning: push of avatar {avatar[:16]} to {url} gave up after {PUSH_SECONDS:.0f} s")
+        with contextlib.suppress(Exception):
+            store.count("push_failures")
+        os._exit(3)
+
+    timer = threading.Timer(PUSH_SECONDS, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        push_avatar(store, open_remote(url), avatar, on_leased=lambda: _tell("leased"))
+    except Exception as exc:
+        why = str(exc) if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}"
+        _tell(f"warning: push of avatar {avatar[:16]} to {url} failed: {why}")
+        with contextlib.suppress(Exception):  # the store may be gone (a test's tmp dir)
+            store.count("push_failures")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

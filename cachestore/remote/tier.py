@@ -15,9 +15,15 @@ never minutes. The client is opened once per URL and process. A remote that fail
 skipped for `DOWN_SECONDS` by this process, so a dead tier costs one warning and one
 timeout, not one per miss.
 
-Which remote a store uses: `attach(cache, url)` (the CLI does it from the `remote`
-setting), else `HOTPLATE_REMOTE`; `attach` also exports the variable so that the worker
-processes a command spawns (the server's, the watcher's) use the same tier.
+Which remote a store uses: `attach(cache, url, key)` (the CLI does it from the `remote`
+and `remote_key` settings), else `HOTPLATE_REMOTE` and `HOTPLATE_REMOTE_KEY`; `attach`
+also exports both per store path so that the worker processes a command spawns (the
+server's, the watcher's, a push's) use the same tier and key.
+
+The key (`remote_key`: the key itself, or `@FILE` for a file holding it) signs each
+manifest a push writes (HMAC-SHA256 over its canonical body, cachestore/remote/manifest.py)
+and makes pulls refuse manifests not signed with it. Without a key, anyone who can PUT
+to the tier can publish what the stores render: keep it writable by trusted stores only.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ RETRIES = 2  # 5xx and dropped connections, within RETRY_WINDOW
 RETRY_WINDOW = timedelta(seconds=5)
 DOWN_SECONDS = 60.0  # after a failure, this process builds locally without asking again
 ENV = "HOTPLATE_REMOTE"
-ATTACHED_ENV = "HOTPLATE_REMOTE_ATTACHED"  # {store path: url}, for spawned workers
+KEY_ENV = "HOTPLATE_REMOTE_KEY"
+ATTACHED_ENV = "HOTPLATE_REMOTE_ATTACHED"  # {store path: {"url", "key"}}, for spawned workers
 
 
 class RemoteError(StoreError):
@@ -48,7 +55,12 @@ class RemoteError(StoreError):
 
 
 class RemoteDamagedError(RemoteError):
-    """A remote object is not what its name or its manifest says (damaged, truncated)."""
+    """A remote object is not what its name or its manifest says (damaged, truncated,
+    unsigned); `path` is the blob's object path when a blob was refused."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def sha256(data: bytes | memoryview) -> str:
@@ -118,7 +130,7 @@ class Remote:
 
 
 _REMOTES: dict[str, Remote] = {}
-_ATTACHED: dict[str, str] = {}
+_ATTACHED: dict[str, dict[str, str]] = {}
 _LOCK = threading.Lock()
 
 
@@ -148,26 +160,52 @@ def open_remote(url: str) -> Remote:
         return remote
 
 
-def attach(cache: str | os.PathLike, url: str | None) -> None:
-    """Use `url` as the blob tier of the store at `cache` in this process and its children.
+def attach(cache: str | os.PathLike, url: str | None, key: str = "") -> None:
+    """Use `url` as the blob tier of the store at `cache` in this process and its children,
+    and `key` (the `remote_key` setting: a key, or `@FILE`) to sign and check manifests.
 
-    Children (spawned workers) learn it from ATTACHED_ENV, a map keyed by the store's
-    path: exporting the `remote` setting itself would hand the tier to every store this
+    Children (spawned workers) learn both from ATTACHED_ENV, a map keyed by the store's
+    path: exporting the settings themselves would hand the tier to every store this
     process opens later, and to every later settings load."""
     if not url:
         return
     real = os.path.realpath(cache)
     with _LOCK:
-        _ATTACHED[real] = url
+        _ATTACHED[real] = {"url": url, "key": key or ""}
         exported = json.loads(os.environ.get(ATTACHED_ENV) or "{}")
-        exported[real] = url
+        exported[real] = _ATTACHED[real]
         os.environ[ATTACHED_ENV] = json.dumps(exported)
 
 
-def remote_url(cache: str | os.PathLike) -> str | None:
+def _attached(cache: str | os.PathLike) -> dict[str, str]:
     real = os.path.realpath(cache)
-    inherited = json.loads(os.environ.get(ATTACHED_ENV) or "{}").get(real)
-    return _ATTACHED.get(real) or inherited or os.environ.get(ENV) or None
+    found = _ATTACHED.get(real) or json.loads(os.environ.get(ATTACHED_ENV) or "{}").get(real)
+    return found if isinstance(found, dict) else {}
+
+
+def remote_url(cache: str | os.PathLike) -> str | None:
+    return _attached(cache).get("url") or os.environ.get(ENV) or None
+
+
+def remote_key(cache: str | os.PathLike) -> bytes | None:
+    """The key that signs this store's manifests, or None when none is set. Raises
+    RemoteError when `@FILE` names a file that cannot be read or is empty: then nothing
+    is pulled (a refused key must not turn into trusting every manifest) or pushed."""
+    spec = _attached(cache).get("key") or os.environ.get(KEY_ENV) or ""
+    if not spec:
+        return None
+    if not spec.startswith("@"):
+        return spec.encode()
+    path = os.path.expanduser(spec[1:])
+    try:
+        key = open(path, "rb").read().strip()
+    except OSError as exc:
+        raise RemoteError(
+            f"remote_key file {path} cannot be read ({exc.strerror}); fix it or unset remote_key"
+        ) from exc
+    if not key:
+        raise RemoteError(f"remote_key file {path} is empty; put the key in it or unset remote_key")
+    return key
 
 
 def remote_for(store: Any) -> Remote | None:

@@ -26,7 +26,9 @@ def open_cache(settings: Settings, readonly: bool = False, fallback_readonly: bo
     from cachestore.remote.tier import attach
     from cachestore.store import open_store
 
-    attach(settings.cache, settings.remote)  # misses pull from it, builds push to it
+    attach(
+        settings.cache, settings.remote, settings.remote_key
+    )  # misses pull from it, builds push to it
 
     # a cache path that is a file goes on to open_store, which names the problem
     if readonly and not settings.cache.is_file() and not (settings.cache / "data.mdb").exists():

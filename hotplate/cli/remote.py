@@ -141,13 +141,14 @@ def pull(
             if persona is None
             else recipe_for(settings.personas, persona, settings.recipe)
         )
-        key = plan_for(store, path, recipe).avatar
+        planned = plan_for(store, path, recipe)
+        key = planned.avatar
         if why_not_hot(store, key) is None:
             hot += 1
             continue
         bar = Bytes(f"pull {path.name}")
         try:
-            report = pull_avatar(store, tier, key, bar)
+            report = pull_avatar(store, tier, key, planned.stages, bar)
         except RemoteDamagedError as exc:
             click.echo(f"refused {path}: {exc}", err=True)
             missing.append(str(path))

@@ -314,7 +314,8 @@ def serve(
     from cachestore.remote.tier import attach
     from hotplate.serve.app import ServeConfig, create_app
 
-    attach(settings.cache, settings.remote)  # the render workers pull and push through it
+    # the render workers pull and push through it
+    attach(settings.cache, settings.remote, settings.remote_key)
     if workers == "auto":
         from hotplate.serve.config import auto_workers
 

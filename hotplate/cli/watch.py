@@ -32,7 +32,9 @@ def _config(settings: Settings, **options: object):
     from watcher.daemon import Config
     from watcher.worker import DEFAULT_JOB
 
-    attach(settings.cache, settings.remote)  # the workers' misses pull, their builds push
+    attach(
+        settings.cache, settings.remote, settings.remote_key
+    )  # the workers' misses pull, their builds push
 
     return Config(
         personas=settings.personas,

@@ -70,7 +70,7 @@ def node_settings() -> Settings:
     settings = load_settings()
     if os.environ.get(NODE_CACHE_ENV):
         settings.cache = Path(os.environ[NODE_CACHE_ENV])
-    attach(settings.cache, settings.remote)
+    attach(settings.cache, settings.remote, settings.remote_key)
     # the render workers this process spawns join the cluster for its single flight
     os.environ[ADDRESS_ENV] = ray.get_runtime_context().gcs_address
     return settings

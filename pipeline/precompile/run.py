@@ -145,7 +145,9 @@ def _build_in_flight(
         if not force and _hit(store, keys, report):
             return report
         lease.extend(keys.stages.values())  # gc keeps what this build writes
-        if not force and (got := pull_on_miss(store, keys.avatar, tell, progress, flight_wait)):
+        if not force and (
+            got := pull_on_miss(store, keys.avatar, keys.stages, tell, progress, flight_wait)
+        ):
             if _hit(store, keys, report):  # another node built it: pulled, verified, hot
                 report.pulled = got.seconds
                 return report

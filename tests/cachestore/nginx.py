@@ -83,7 +83,10 @@ class Nginx:
 
     def start(self, deadline: float = 30.0) -> Nginx:
         cmd = [nginx_binary(), "-c", str(self.root / "nginx.conf"), "-p", str(self.root)]
-        self.process = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        # a session of its own: pause() stops its whole group (master and worker), not ours
+        self.process = subprocess.Popen(
+            cmd, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         end = time.monotonic() + deadline
         while True:
             if self.process.poll() is not None:
@@ -102,8 +105,21 @@ class Nginx:
         """Stop at once (SIGTERM: fast shutdown) and wait until the port is closed."""
         if self.process is None or self.process.poll() is not None:
             return
+        self.resume()  # a paused nginx would not see its SIGTERM
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout=30)
+
+    def pause(self) -> None:
+        """SIGSTOP master and worker: connections still open (the kernel's backlog takes
+        them), nothing is answered until resume(), as a tier that hangs."""
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.process.pid, signal.SIGCONT)
+
+    def log_lines(self) -> list[str]:
+        path = self.root / "access.log"
+        return path.read_text().splitlines() if path.exists() else []
 
     def objects(self, kind: str) -> list[Path]:
         folder = self.data / kind

@@ -195,24 +195,3 @@ def test_status_json_reports_map_size(tmp_path):
     done = hotplate(tmp_path, cache, "status", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["map_size"] >= 3 << 20
-
-
-def test_open_store_works_in_a_forked_child(tmp_path):
-    import os
-
-    from cachestore.store import forget_store, open_store
-
-    store = open_store(tmp_path / "cache")
-    store.put("meta", "x", 41)
-    pid = os.fork()
-    if pid == 0:  # the child: its own handle, the parent's value
-        try:
-            child = open_store(tmp_path / "cache")
-            child.put("meta", "y", child.read_value("meta", "x") + 1)
-            os._exit(0)
-        except BaseException:
-            os._exit(3)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert store.read_value("meta", "y") == 42  # the parent's handle still works
-    forget_store(tmp_path / "cache")

@@ -12,46 +12,29 @@ import sys
 import av
 import numpy as np
 import pytest
+import xxhash
 
+from cachestore.gc import collect
+from cachestore.keys import canonical
 from cachestore.remote.pull import pull_on_miss
-from cachestore.remote.push import wait_for_pushes
-from cachestore.remote.tier import _ATTACHED, _REMOTES, ATTACHED_ENV, ENV, attach, open_remote
+from cachestore.remote.push import push_avatar, wait_for_pushes
+from cachestore.remote.tier import (
+    ENV,
+    ac_path,
+    attach,
+    open_remote,
+    sha256,
+)
 from cachestore.store import forget_store, open_store
-from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
+from cachestore.verify import verify
+from hotplate.demo_data import write_loop_video
 from pipeline.catalog import plan_for
+from pipeline.hot import hot_check
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
 from tests.cachestore.nginx import Nginx, free_port
+from tests.cachestore.tier_world import SOURCE
 from tests.integrity import cli
-
-SIZE = (540, 960)
-SOURCE = ("personas", "astro", "studio.mp4")
-
-
-@pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    """personas, speech and a store `built` where the loop is hot (the real CLI, no tier)."""
-    root = tmp_path_factory.mktemp("made")
-    (root / "personas" / "astro").mkdir(parents=True)
-    write_loop_video(root.joinpath(*SOURCE), n_frames=8, size=SIZE)
-    write_wav(root / "speech.wav", make_speech_audio(1.0), 16000)
-    result = cli.hotplate(root, root / "built", "precompile", str(root.joinpath(*SOURCE)))
-    assert result.returncode == 0, result.stderr
-    forget_store(root / "built")
-    return root
-
-
-@pytest.fixture
-def world(made, tmp_path, monkeypatch):
-    """A private copy of `made`, and no tier set in this process or its children."""
-    for name in ("personas", "built"):
-        shutil.copytree(made / name, tmp_path / name)
-    shutil.copy(made / "speech.wav", tmp_path)
-    monkeypatch.delenv(ENV, raising=False)
-    monkeypatch.delenv(ATTACHED_ENV, raising=False)
-    yield tmp_path
-    _ATTACHED.clear()
-    _REMOTES.clear()  # a remote marked down in one test is not down in the next
 
 
 @pytest.fixture
@@ -163,11 +146,11 @@ def _damage_largest_blob(tier, how: str) -> str:
     return blob.name
 
 
-def _precompile_with_tier(world, tier, cache, progress=None):
+def _precompile_with_tier(world, tier, cache, progress=None, source="studio.mp4"):
     """precompile() in this process, with the tier attached; returns (report, lines)."""
     attach(cache, tier.url)
     lines: list[str] = []
-    source = world.joinpath(*SOURCE)
+    source = world / "personas" / "astro" / source
     report = precompile(
         source, Recipe(), open_store(cache), on_wait=lines.append, progress=progress
     )
@@ -236,7 +219,7 @@ def test_unreachable_remote_warns_once_then_builds_locally(world):
         assert not report.hit and report.pulled is None
         assert store.get_avatar(report.avatar) is not None
         # a second miss in this process does not ask the dead tier again
-        assert pull_on_miss(store, "0" * 32, lines.append) is None
+        assert pull_on_miss(store, "0" * 32, {}, lines.append) is None
         warnings = [x for x in lines if url in x]
         # one for the pull; the background push may add one (the tier is down for both)
         assert warnings and "unreachable" in warnings[0], lines
@@ -296,12 +279,23 @@ def test_hot_render_never_asks_the_remote(world, monkeypatch):
     assert "cache hit" in result.stdout and "warning" not in result.stderr, result.stderr
 
 
-def test_concurrent_push_of_one_avatar_from_two_stores(world, tier, monkeypatch):
+def test_concurrent_push_of_one_avatar_from_two_stores(world, tier):
+    store = push_from_two_stores_then_pull(world, tier.url)
+    try:
+        key = avatar_key_open(store)
+        assert key == plan_for(store, world.joinpath(*SOURCE), Recipe()).avatar
+    finally:
+        close(world / "third")
+
+
+def push_from_two_stores_then_pull(world, url: str):
+    """Two stores holding the same avatar push it to `url` at once (real CLI processes);
+    a third store pulls it: returns that store, the avatar whole in it."""
     shutil.copytree(world / "built", world / "twin")  # a second store with the same avatar
     cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
     procs = [
         subprocess.Popen(
-            [*cmd, "--cache", str(world / c), "push", "--remote", tier.url],
+            [*cmd, "--cache", str(world / c), "push", "--remote", url],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -310,17 +304,14 @@ def test_concurrent_push_of_one_avatar_from_two_stores(world, tier, monkeypatch)
         for c in ("built", "twin")
     ]
     for proc in procs:
-        out, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
-    pulled = cli.hotplate(world, world / "third", "pull", "--remote", tier.url)
+    pulled = cli.hotplate(world, world / "third", "pull", "--remote", url)
     assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stderr
     store = open_store(world / "third")
-    try:
-        key = avatar_key_open(store)
-        assert not store.damaged_stages(store.read_value("avatar", key)["stages"])
-        assert key == plan_for(store, world.joinpath(*SOURCE), Recipe()).avatar
-    finally:
-        close(world / "third")
+    key = avatar_key_open(store)
+    assert not store.damaged_stages(store.read_value("avatar", key)["stages"])
+    return store
 
 
 def avatar_key_open(store) -> str:
@@ -368,3 +359,270 @@ def test_bad_remote_url_is_one_line(world):
 
     with pytest.raises(RemoteError, match="set remote"):
         open_remote("nosuch://x/y")
+
+
+# -- what a pull writes, and what it checks (issue 22) -------------------------------------
+
+
+def manifest_path(tier, avatar: str):
+    return tier.data / ac_path("avatar", avatar)
+
+
+def forge(path, change) -> None:
+    """Rewrite a manifest on the tier's disk through change(body), with a valid checksum:
+    what anyone who can PUT to an unsigned tier can publish."""
+    outer = json.loads(path.read_bytes())
+    change(outer["body"])
+    outer["sha256"] = sha256(canonical(outer["body"]))
+    outer.pop("hmac", None)
+    path.write_bytes(json.dumps(outer).encode())
+
+
+def planned(store, world, name: str = "studio.mp4"):
+    return plan_for(store, world / "personas" / "astro" / name, Recipe())
+
+
+def stage_bytes(store, keys) -> dict[str, bytes]:
+    with store.read() as r:
+        return {k: bytes(r.txn.get(k.encode(), db=store.dbs["stage"])) for k in keys}
+
+
+def test_a_forged_manifest_cannot_rewrite_another_avatars_records(world, tier):
+    """A manifest for avatar B that also carries records under avatar A's stage keys:
+    the pulling store, which has A hot, keeps A's records byte for byte and builds B."""
+    write_loop_video(world / "personas" / "astro" / "gala.mp4", n_frames=6, size=(270, 480))
+    other = open_store(world / "other")
+    b = precompile(world / "personas" / "astro" / "gala.mp4", Recipe(), other)
+    forget_store(world / "other")
+    assert push(world, world / "other", tier).returncode == 0
+    victim = open_store(world / "built")
+    a = planned(victim, world)
+    before = stage_bytes(victim, a.stages.values())
+    a_record = victim.read_value("avatar", a.avatar)
+
+    def carry_a(body):  # B's records, filed under A's stage keys too
+        for name, key in a.stages.items():
+            body["stages"][key] = body["stages"][b.stages_keys[name]]
+
+    b.stages_keys = planned(victim, world, "gala.mp4").stages
+    forge(manifest_path(tier, b.avatar), carry_a)
+    try:
+        report, lines = _precompile_with_tier(world, tier, world / "built", source="gala.mp4")
+        assert report.pulled is None and not report.hit  # refused, then built here
+        (line,) = [x for x in lines if "refused" in x]
+        assert "manifest" in line and "stage keys" in line, line
+        assert stage_bytes(victim, a.stages.values()) == before  # A's records untouched
+        assert victim.read_value("avatar", a.avatar) == a_record
+        assert hot_check(victim, a.avatar)[1] == [] and verify(victim)[1] == []
+    finally:
+        close(world / "built")
+
+
+def _no_name(body):
+    del next(iter(body["stages"].values()))["name"]
+
+
+def _size_64x(body):
+    next(iter(body["blobs"].values()))[1] = "64x"
+
+
+def _frames_text(body):
+    body["record"]["frames"] = str(body["record"]["frames"])
+
+
+def _fps_nan(body):
+    body["record"]["fps"] = float("nan")
+
+
+@pytest.mark.parametrize("forgery", [_no_name, _size_64x, _frames_text, _fps_nan])
+def test_a_mistyped_manifest_field_is_one_line_never_an_exception(world, tier, forgery):
+    assert push(world, world / "built", tier).returncode == 0
+    store = open_store(world / "fresh")
+    keys = planned(store, world)
+    forge(manifest_path(tier, keys.avatar), forgery)
+    attach(world / "fresh", tier.url)
+    lines: list[str] = []
+    try:
+        assert pull_on_miss(store, keys.avatar, keys.stages, lines.append) is None
+        (line,) = lines
+        assert "damaged" in line and "refused" in line and "\n" not in line, line
+        assert store.read_value("avatar", keys.avatar) is None
+        assert store.items("stage") == []  # nothing of it entered the store
+    finally:
+        close(world / "fresh")
+
+
+def craft_blob(shape: object) -> bytes:
+    """A blob whose header says `shape` (a string where sizes belong), laid out as the
+    codec lays out a real one: its hashes, computed over it, are all valid."""
+    import msgpack
+
+    header = msgpack.packb(
+        {"v": 1, "dtype": "|u1", "shape": shape, "xxh3": 0, "attrs": {}}, use_bin_type=True
+    )
+    start = 8 + len(header)
+    offset = -(-start // 64) * 64
+    return b"HPA1" + len(header).to_bytes(4, "little") + header + bytes(offset - start) + b"x" * 8
+
+
+def test_a_crafted_blob_header_with_valid_hashes_is_refused(world, tier):
+    assert push(world, world / "built", tier).returncode == 0
+    store = open_store(world / "fresh")
+    keys = planned(store, world)
+    crafted = craft_blob("8")
+    digest, name = xxhash.xxh3_128_hexdigest(crafted), sha256(crafted)
+    (tier.data / "cas" / name).write_bytes(crafted)
+
+    def swap_in(body):  # the masks stage's first blob becomes the crafted one
+        rec = body["stages"][keys.stages["masks"]]
+        array = sorted(rec["blobs"])[0]
+        old = rec["blobs"][array]
+        rec["blobs"][array] = digest
+        rec["nbytes"] += len(crafted) - body["blobs"][old][1]
+        if all(old not in r["blobs"].values() for r in body["stages"].values()):
+            del body["blobs"][old]
+        body["blobs"][digest] = [name, len(crafted)]
+
+    forge(manifest_path(tier, keys.avatar), swap_in)
+    attach(world / "fresh", tier.url)
+    lines: list[str] = []
+    try:
+        assert pull_on_miss(store, keys.avatar, keys.stages, lines.append) is None
+        (line,) = lines
+        assert name in line and "not a hotplate array" in line, line
+        assert store.read_value("avatar", keys.avatar) is None
+    finally:
+        close(world / "fresh")
+
+
+def test_a_refused_same_size_blob_is_mended_by_the_local_builds_push(world, tier):
+    assert push(world, world / "built", tier).returncode == 0
+    name = _damage_largest_blob(tier, "flip")  # same size: HEAD cannot tell
+    try:
+        report, lines = _precompile_with_tier(world, tier, world / "fresh")
+        assert report.pulled is None and any(name in x and "refused" in x for x in lines)
+    finally:
+        close(world / "fresh")  # waits for the push that followed the local build
+    blob = tier.data / "cas" / name
+    assert sha256(blob.read_bytes()) == name  # uploaded again: whole
+    store = open_store(world / "fresh")
+    try:
+        assert store.read_value("meta", "remote_mend") == []  # nothing left to mend
+    finally:
+        forget_store(world / "fresh")
+    again, lines = _precompile_with_tier(world, tier, world / "third")
+    try:
+        assert again.pulled is not None, lines  # the next store pulls it, nothing refused
+    finally:
+        close(world / "third")
+
+
+def test_gc_cannot_take_an_avatar_while_it_is_pushed(world, tier):
+    """The tier hangs (SIGSTOP) once the miss has asked it and the build runs; the build
+    returns with its push still waiting; gc with --max-size 1 --grace 0 runs meanwhile and
+    must keep the avatar, whose push then completes once the tier answers again."""
+    paused = []
+
+    def progress(stage, done, total):
+        if stage == "decode" and not paused:  # the pull has asked and missed: pause
+            tier.pause()
+            paused.append(True)
+
+    try:
+        report, lines = _precompile_with_tier(world, tier, world / "fresh", progress)
+        assert paused and not report.hit
+        store = open_store(world / "fresh")
+        plan = collect(store, roots=[], grace=0, max_size=1)
+        assert f"avatar:{report.avatar}" not in plan.freed, "gc took the avatar mid-push"
+        assert store.get_avatar(report.avatar) is not None
+    finally:
+        tier.resume()
+        close(world / "fresh")
+    assert open_store(world / "fresh").read_value("meta", "count:pushes") == 1
+    forget_store(world / "fresh")
+    pulled = cli.hotplate(world, world / "third", "pull", "--remote", tier.url)
+    assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stdout + pulled.stderr
+
+
+def test_a_push_outlives_its_builder_killed_with_minus_9(world, tier):
+    """A render worker is killed on cancel and after stop; a CLI can be killed any time.
+    The push the build started finishes all the same (it is a process of its own)."""
+    import os
+    import signal
+    import time
+
+    env = {**os.environ, ENV: tier.url}
+    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
+    cmd += ["--cache", str(world / "fresh"), "precompile", str(world.joinpath(*SOURCE))]
+    builder = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=world, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not any("/ac/" in line for line in tier.log_lines()):  # the miss asked the tier
+            assert time.monotonic() < deadline and builder.poll() is None, "no pull asked"
+            time.sleep(0.02)
+        tier.pause()  # the push will hang until resume
+        for line in builder.stdout:  # built, and its push started
+            if "now hot" in line:
+                break
+        else:
+            raise AssertionError("the precompile ended without making the avatar hot")
+        builder.send_signal(signal.SIGKILL)  # built, pushing: gone
+        builder.wait(timeout=60)
+    finally:
+        tier.resume()
+        if builder.poll() is None:
+            builder.kill()
+    avatar = avatar_key(world / "fresh")
+    deadline = time.monotonic() + 120
+    while not manifest_path(tier, avatar).exists():
+        assert time.monotonic() < deadline, "the push died with its builder"
+        time.sleep(0.1)
+    pulled = cli.hotplate(world, world / "third", "pull", "--remote", tier.url)
+    assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stdout + pulled.stderr
+
+
+# Pulls an avatar in a fresh process with 4 MiB batches and says how far its memory rose.
+PULL_ALONE = """
+import json, sys
+from cachestore.remote import pull
+from cachestore.remote.tier import open_remote
+from cachestore.store import open_store
+pull.BATCH_BYTES = 4 << 20
+cache, url, avatar, stages = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+store, remote = open_store(cache), open_remote(url)
+def kib(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+open("/proc/self/clear_refs", "w").write("5")  # the peak (VmHWM) starts from here
+before = kib("VmRSS")
+report = pull.pull_avatar(store, remote, avatar, stages)
+print(json.dumps({"rise": (kib("VmHWM") - before) << 10, "bytes": report.bytes}))
+"""
+
+
+def test_a_pull_holds_a_batch_of_blobs_not_the_whole_avatar(world, tier):
+    """64 blobs of 1 MiB pulled with 4 MiB batches: the process's memory rises by about a
+    batch, not by the avatar (every download used to keep its blob until the end)."""
+    store = open_store(world / "big")
+    rng = np.random.default_rng(7)
+    frames = {f"frame/{i:06d}": rng.integers(0, 256, 1 << 20, dtype=np.uint8) for i in range(64)}
+    meta = {"frames": 64, "fps": 25.0, "width": 64, "height": 64}
+    store.put_stage("big-decode", "decode", frames, meta)
+    store.put_avatar("b" * 32, {"stages": {"decode": "big-decode"}, **meta})
+    try:
+        assert push_avatar(store, open_remote(tier.url), "b" * 32).sent == 64
+    finally:
+        forget_store(world / "big")
+    done = subprocess.run(
+        [sys.executable, "-c", PULL_ALONE, str(world / "fresh"), tier.url, "b" * 32,
+         json.dumps({"decode": "big-decode"})],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    facts = json.loads(done.stdout)
+    assert facts["bytes"] > 64 << 20
+    # a batch and the blobs in flight (4 MiB), the client's buffers, the transaction's
+    # pages: 13-19 MiB here; holding every blob, as before, rose by 91 MiB for 48
+    assert facts["rise"] < 24 << 20, facts

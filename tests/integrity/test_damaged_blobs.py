@@ -5,6 +5,7 @@ payload byte flipped, or the blob deleted), then the real CLI renders."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import av
@@ -51,8 +52,8 @@ def render(world, out, *extra):
 
 
 def damage(cache, stage: str, array: str, how: str = "flip") -> str:
-    """Flip one payload byte of (or delete) the blob holding `array` of the only
-    avatar that has `stage`; returns the blob's digest."""
+    """Flip one payload byte ("flip") or one header byte ("header") of the blob holding
+    `array` of the only avatar that has `stage`, or delete it; returns its digest."""
     store = open_store(cache)
     try:
         avatar = next(a for _, a in store.items("avatar") if stage in a["stages"])
@@ -66,7 +67,7 @@ def damage(cache, stage: str, array: str, how: str = "flip") -> str:
                 txn.delete(digest.encode(), db=db)
                 return
             head = codec.read_header(value)
-            value[head.offset + head.nbytes // 2] ^= 0x10
+            value[12 if how == "header" else head.offset + head.nbytes // 2] ^= 0x10
             txn.put(digest.encode(), bytes(value), db=db)
 
         store.write(txn_fn)
@@ -205,3 +206,34 @@ def test_verify_repair_rebuilds_from_the_source_and_names_a_gone_one(made, tmp_p
         == [line for line in gone.stderr.strip().splitlines() if str(source) in line]
         and gone.stderr.strip()
     )
+
+
+def listed_states(world) -> tuple[str, str]:
+    """The avatar's state in `hotplate ls` (the real CLI) and in the service's catalog."""
+    from hotplate.serve.catalog import list_catalog
+
+    listed = hotplate(world, "ls", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)["sources"]
+    try:
+        (entry,) = list_catalog(open_store(world / "cache"), world / "personas", Recipe())
+    finally:
+        forget_store(world / "cache")
+    return row["state"], entry["state"]
+
+
+def test_ls_and_the_catalog_call_hot_only_what_the_hit_check_calls_hot(world):
+    assert listed_states(world) == ("hot", "hot")
+    damage(world / "cache", "masks", "mask_boxes", "header")  # seen without hashing
+    assert listed_states(world) == ("cold", "cold")
+    fixed = hotplate(world, "precompile", str(world / "personas" / "astro" / "studio.mp4"))
+    assert "rebuilt damaged masks" in fixed.stdout, fixed.stdout
+    assert listed_states(world) == ("hot", "hot")
+
+    damage(world / "cache", "crops", "crops")  # a payload byte: only the hash sees it
+    resolved = hotplate(world, "resolve", "--persona", "astro", "--attire", "studio")
+    assert "crops are damaged" in resolved.stdout, resolved.stdout
+    # found once by the hit check, it is damage to the listings too
+    assert listed_states(world) == ("cold", "cold")
+    assert render(world, world / "out.mp4").returncode == 0
+    assert listed_states(world) == ("hot", "hot")

@@ -1,0 +1,210 @@
+"""An avatar's manifest on the blob tier: what a push writes and what a pull accepts.
+
+    {"body": {"hotplate": 1, "avatar": key, "record": the avatar record (without its
+              local times), "stages": {stage key: stage record}, "blobs": {xxh3: [sha256,
+              size]}},
+     "sha256": hex of the canonical body,
+     "hmac": hex HMAC-SHA256 of the canonical body under remote_key (when one is set)}
+
+A pull trusts nothing in it that it has not checked: every field of every record has a
+type and a range here (`parse_manifest`), the avatar and its stage keys must be the ones
+the puller planned itself, and with a key the signature must match. Any mismatch is a
+damaged manifest (RemoteDamagedError naming the field): the caller builds locally.
+
+The fields mirror what `pipeline/precompile/run.py` writes (the avatar record) and
+`Store.put_stage` (the stage records); a new field there is refused here until it is
+added to RECORD or STAGE (the tier round trip in tests/cachestore/test_remote.py fails).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cachestore.keys import canonical
+from cachestore.remote.tier import RemoteDamagedError, sha256
+
+MANIFEST_VERSION = 1
+MAX_BLOB = 1 << 40  # bytes one blob may claim
+HEX32 = re.compile(r"[0-9a-f]{32}")
+HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class Bad(ValueError):
+    """One field that does not fit the schema (its dotted name is the message)."""
+
+
+def _int(value: Any, lo: int = 0, hi: int = 1 << 62) -> bool:
+    return type(value) is int and lo <= value <= hi
+
+
+def _number(value: Any, positive: bool = False) -> bool:
+    ok = type(value) in (int, float) and math.isfinite(value)
+    return ok and (value > 0 if positive else True)
+
+
+def _json(value: Any, depth: int = 0) -> bool:
+    """Plain JSON data (what stage meta holds): finite numbers, strings, lists, str-keyed maps."""
+    if depth > 6:
+        return False
+    if value is None or type(value) in (bool, str) or _number(value):
+        return True
+    if type(value) is list:
+        return all(_json(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return all(type(k) is str and _json(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or type(value) in (bool, str) or _number(value)
+
+
+def _str_map(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: type(v) is dict and all(type(k) is str and check(x) for k, x in v.items())
+
+
+# field -> (required, check); the avatar record as precompile writes it
+RECORD: dict[str, tuple[bool, Callable[[Any], bool]]] = {
+    "stages": (True, _str_map(lambda k: type(k) is str)),
+    "frames": (True, lambda v: _int(v, 1)),
+    "fps": (True, lambda v: _number(v, positive=True)),
+    "width": (True, lambda v: _int(v, 1, 1 << 16)),
+    "height": (True, lambda v: _int(v, 1, 1 << 16)),
+    "source_digest": (False, lambda v: type(v) is str and bool(HEX32.fullmatch(v))),
+    "source": (False, lambda v: type(v) is str),
+    "counts": (False, _str_map(lambda v: _int(v, -(1 << 62)))),
+    "recipe": (False, _str_map(_scalar)),
+}
+# a stage record as the store keeps it (`sizes` is the puller's own: derived, not sent)
+STAGE: dict[str, tuple[bool, Callable[[Any], bool]]] = {
+    "name": (True, lambda v: type(v) is str),
+    "blobs": (True, _str_map(lambda d: type(d) is str and bool(HEX32.fullmatch(d)))),
+    "meta": (True, lambda v: type(v) is dict and _json(v)),
+    "created": (True, _number),
+    "nbytes": (True, _int),
+}
+
+
+def _fields(record: Any, schema: Mapping[str, tuple[bool, Callable]], where: str) -> None:
+    if type(record) is not dict:
+        raise Bad(where)
+    for name in record:
+        if name not in schema:
+            raise Bad(f"{where}.{name} (unexpected)")
+    for name, (required, check) in schema.items():
+        if name not in record:
+            if required:
+                raise Bad(f"{where}.{name} (missing)")
+            continue
+        if not check(record[name]):
+            raise Bad(f"{where}.{name}")
+
+
+def signature(body: Any, key: bytes) -> str:
+    return hmac.new(key, canonical(body), hashlib.sha256).hexdigest()
+
+
+def manifest_bytes(body: dict[str, Any], key: bytes | None = None) -> bytes:
+    outer = {"body": body, "sha256": sha256(canonical(body))}
+    if key is not None:
+        outer["hmac"] = signature(body, key)
+    return json.dumps(outer, sort_keys=True).encode()
+
+
+def parse_manifest(
+    data: bytes | memoryview,
+    avatar: str,
+    stages: Mapping[str, str],
+    where: str,
+    key: bytes | None = None,
+) -> dict[str, Any]:
+    """The manifest's body, every field checked; raises RemoteDamagedError (naming `where`
+    and the field) unless it is whole, for `avatar`, names exactly the stage keys of
+    `stages` (name -> key, the puller's own plan) and, with `key`, is signed with it."""
+    try:
+        outer = json.loads(bytes(data))
+        body = _check(outer, avatar, stages)
+    except (ValueError, RecursionError) as exc:  # Bad, and JSON that is not JSON
+        field = str(exc) if isinstance(exc, Bad) else "not JSON"
+        raise RemoteDamagedError(
+            f"remote manifest {where} is damaged or truncated ({field}); refused, building "
+            f"locally (a push from a good store mends it)"
+        ) from None
+    if key is not None:
+        given = outer.get("hmac")
+        if type(given) is not str or not hmac.compare_digest(
+            given.encode("ascii", "replace"), signature(body, key).encode()
+        ):
+            why = "unsigned" if given is None else "signed with another key"
+            raise RemoteDamagedError(
+                f"remote manifest {where} is {why}, and remote_key is set: refused, "
+                f"building locally (a push from this store signs it)"
+            )
+    return body
+
+
+def _check(outer: Any, avatar: str, stages: Mapping[str, str]) -> dict[str, Any]:
+    if type(outer) is not dict or not {"body", "sha256"} <= set(outer) <= {
+        "body",
+        "sha256",
+        "hmac",
+    }:
+        raise Bad("outer fields")
+    body = outer["body"]
+    if type(body) is not dict or set(body) != {"hotplate", "avatar", "record", "stages", "blobs"}:
+        raise Bad("body fields")
+    if outer["sha256"] != sha256(canonical(body)):
+        raise Bad("checksum")
+    if body["hotplate"] != MANIFEST_VERSION or type(body["hotplate"]) is not int:
+        raise Bad("body.hotplate (version)")
+    if body["avatar"] != avatar:
+        raise Bad("body.avatar (another avatar)")
+    record = body["record"]
+    _fields(record, RECORD, "record")
+    if record["stages"] != dict(stages):
+        raise Bad("record.stages (not this avatar's stage keys)")
+    blobs = body["blobs"]
+    if type(blobs) is not dict:
+        raise Bad("blobs")
+    for digest, entry in blobs.items():
+        if (
+            not HEX32.fullmatch(digest)
+            or type(entry) is not list
+            or len(entry) != 2
+            or type(entry[0]) is not str
+            or not HEX64.fullmatch(entry[0])
+            or not _int(entry[1], 0, MAX_BLOB)
+        ):
+            raise Bad(f"blobs.{digest[:32]}")
+    records = body["stages"]
+    if type(records) is not dict or set(records) != set(stages.values()):
+        raise Bad("stages (not exactly this avatar's stage keys)")
+    named = set()
+    for name, stage_key in stages.items():
+        rec = records[stage_key]
+        _fields(rec, STAGE, f"stages.{name}")
+        if rec["name"] != name:
+            raise Bad(f"stages.{name}.name")
+        if any(d not in blobs for d in rec["blobs"].values()):
+            raise Bad(f"stages.{name}.blobs (not in blobs)")
+        if rec["nbytes"] != sum(blobs[d][1] for d in rec["blobs"].values()):
+            raise Bad(f"stages.{name}.nbytes")
+        named.update(rec["blobs"].values())
+    if named != set(blobs):
+        raise Bad("blobs (names blobs no stage names)")
+    decode = records.get(stages.get("decode", ""))
+    if decode is not None:  # the frames a render indexes: as many as the record says
+        meta = decode["meta"]
+        frames = [n for n in decode["blobs"] if n.startswith("frame/")]
+        for field in ("frames", "width", "height", "fps"):
+            if meta.get(field) != record[field]:
+                raise Bad(f"stages.decode.meta.{field}")
+        if len(frames) != record["frames"]:
+            raise Bad("stages.decode.blobs (frame count)")
+    return body
