@@ -52,18 +52,18 @@ SETTINGS: dict[str, tuple[type, Any, str]] = {
         lambda: "",
         "blob tier shared by stores: http(s)://host/prefix or s3://bucket/prefix (empty: none)",
     ),
+    "remote_key": (
+        str,
+        lambda: "",
+        "key signing the tier's manifests (HMAC-SHA256), or @FILE holding it; pulls then "
+        "refuse manifests it did not sign (empty: none)",
+    ),
     "signing_key_file": (
         str,
         lambda: "",
         "file holding the secret that signs the server's URLs (GET /v1/sign); servers with "
         "the same file accept each other's (empty: a random key per server, shared by the "
         "replicas of one `serve --ray`)",
-    ),
-    "remote_key": (
-        str,
-        lambda: "",
-        "key signing the tier's manifests (HMAC-SHA256), or @FILE holding it; pulls then "
-        "refuse manifests it did not sign (empty: none)",
     ),
 }
 RECIPE_FIELDS = {f.name for f in fields(Recipe) if f.compare}  # not models_dir, explicit
@@ -80,8 +80,8 @@ class Settings:
     flight_wait: float
     map_size: int
     remote: str = ""
-    signing_key_file: str = ""
     remote_key: str = ""
+    signing_key_file: str = ""
     recipe: Recipe = field(default_factory=Recipe)
     config_file: Path | None = None
     # the settings a flag, a variable or the file gave (recipe fields: `recipe.explicit`)

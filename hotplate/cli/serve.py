@@ -314,8 +314,9 @@ def serve(
     from cachestore.remote.tier import attach
     from hotplate.serve.app import ServeConfig, create_app
 
-    # the render workers pull and push through it
-    attach(settings.cache, settings.remote, settings.remote_key)
+    attach(  # the render workers pull and push through it
+        settings.cache, settings.remote, settings.remote_key
+    )
     if workers == "auto":
         from hotplate.serve.config import auto_workers
 

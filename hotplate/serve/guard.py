@@ -4,12 +4,13 @@ before any of its body is read, or as soon as the body passes the limit.
 For each HTTP request, in this order:
 1. a request id (in every response's `X-Request-Id` and problem body, and in the log);
 2. the Host header must name this server: a loopback name, the bound address or an
-   `--allowed-host` (421 otherwise: DNS rebinding sends a foreign name);
+   `--allowed-host` (421 otherwise: DNS rebinding sends a foreign name); a request that
+   repeats Host, Origin or Authorization gets 400;
 3. a state-changing request (not GET/HEAD/OPTIONS) whose Origin is neither the server's
    own nor an `--allow-origin` gets 403 (CSRF); no Origin (curl, a server) passes;
 4. with tokens set, every path not in OPEN_PATHS needs one: `Authorization: Bearer` or,
-   for a GET that cannot send headers (`<video src>`, EventSource), a signed query
-   `?sig=` made by GET /v1/sign (401 none, 403 wrong);
+   for a GET or WebSocket that cannot send headers (`<video src>`, EventSource), a
+   `sig=` made by GET /v1/sign for that method, path and query (401 none, 403 wrong);
 5. the body is counted as it arrives, chunked or not: a declared Content-Length over the
    limit gets 413 before a byte is read, a stream gets 413 the moment it passes it, so
    the app (and Starlette's spool under TMPDIR) never holds more than the limit.
