@@ -428,7 +428,18 @@ def soak(bench: Bench, server: Server, minutes: float, editors: int, every: floa
     return tally
 
 
+def stop_on_signals() -> None:
+    """Ctrl-C or SIGTERM ends the run at once, servers stopped (gevent's hub would hold
+    Python's KeyboardInterrupt until the greenlet it waits on wakes)."""
+    import signal
+
+    main = gevent.getcurrent()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        gevent.signal_handler(sig, lambda: main.throw(KeyboardInterrupt()))
+
+
 def main(bench: Bench) -> None:
+    stop_on_signals()
     a = bench.args
     quick = bench.quick
     levels = [1, 2] if quick else [int(x) for x in a.levels.split(",")]
