@@ -16,8 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pipeline.mouth.bank import MouthBank
 
 
 @dataclass
@@ -39,6 +43,9 @@ class AvatarAssets:
     # (N, 468, 3) float32 face mesh per frame (landmarks="facemesh", the default; None for
     # the other backends): the inner lips are mesh_topology.LIPS_INNER_UPPER / _LOWER
     mesh: np.ndarray | None = None
+    # the persona's mouth bank (pipeline/mouth/bank.py), when it has talking footage and
+    # the bank is hot: the warp renderer draws its mouths from there
+    bank: MouthBank | None = None
 
     @property
     def n_frames(self) -> int:

@@ -10,6 +10,7 @@ from cachestore.hashcache import file_digest
 from cachestore.store import Store
 from pipeline.personas import (
     DEFAULT,
+    SPEECH,
     PersonaError,
     inside,
     list_personas,
@@ -17,7 +18,7 @@ from pipeline.personas import (
     scan_persona,
 )
 from pipeline.precompile.plan import Plan, plan
-from pipeline.precompile.recipe import Recipe, effective_recipe
+from pipeline.precompile.recipe import Recipe, effective_recipe, for_speech
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Source:
     attire: str
     motion: str
     path: Path
-    kind: str  # "loop" or "still"
+    kind: str  # "loop", "still", or "speech" (talking footage: only a mouth bank)
 
 
 def iter_sources(root: Path) -> Iterator[Source]:
@@ -47,11 +48,30 @@ def iter_sources(root: Path) -> Iterator[Source]:
                 except PersonaError:
                     continue
                 yield Source(name, attire, motion, path, kind)
+        if persona.speech is not None:
+            try:
+                inside(root, persona.speech)
+            except PersonaError:
+                continue
+            yield Source(name, SPEECH, DEFAULT, persona.speech, "speech")
 
 
 def plan_for(store: Store | None, path: Path, recipe: Recipe) -> Plan:
-    """Hash the file (stat cache first) and plan its stage keys under recipe."""
-    return plan(file_digest(store, path), recipe)
+    """Hash the file (stat cache first) and plan its stage keys under recipe: the plan
+    precompile builds now, unless the store has no avatar under it but has one that an
+    older frame format made (media.LEGACY_CODECS), which then serves renders (and gc
+    keeps it) until the watcher, `sync` or a precompile builds the new one."""
+    from pipeline.media import LEGACY_CODECS
+
+    digest = file_digest(store, path)
+    current = plan(digest, recipe)
+    if store is None or store.read_value("avatar", current.avatar) is not None:
+        return current
+    for codec in LEGACY_CODECS:
+        older = plan(digest, recipe, frame_codec=codec)
+        if store.read_value("avatar", older.avatar) is not None:
+            return older
+    return current
 
 
 def recipe_for(
@@ -92,3 +112,72 @@ def installed_recipes(recipe: Recipe) -> list[Recipe]:
         if implied not in found:
             found.append(implied)
     return found
+
+
+# -- mouth banks: a video's talking footage (pipeline/mouth/bank.py) -------------------
+
+
+def bank_plan(store: Store | None, path: Path, recipe: Recipe, kind: str) -> Plan:
+    """The plan of a video's mouth bank (`kind` "speech": a persona's speech.mp4, read
+    whole up to a minute; else a loop, whose first stages are its avatar's)."""
+    return plan(file_digest(store, path), for_speech(recipe) if kind == "speech" else recipe, True)
+
+
+def rooted_keys(store: Store | None, src: Source, recipe: Recipe) -> list[str]:
+    """What a source keeps from gc: its avatar (a speech clip has none) and, for a
+    video, its mouth bank (rooted whether or not it was built: an absent key costs
+    nothing)."""
+    keys = [] if src.kind == "speech" else [plan_for(store, src.path, recipe).avatar]
+    if src.kind != "still":
+        keys.append(bank_plan(store, src.path, recipe, src.kind).avatar)
+    return keys
+
+
+def bank_info(store: Store | None, key: str) -> dict | None:
+    """A mouth bank's record as `ls` and `resolve` show it (entries, why empty, source,
+    seconds of footage), or None when it is not in the store."""
+    if store is None:
+        return None
+    manifest = store.get_avatar(key)
+    if manifest is None or manifest.get("kind") != "bank":
+        return None
+    fps = float(manifest.get("fps") or 25.0)
+    return {
+        "key": key,
+        "entries": int(manifest.get("entries", 0)),
+        "reason": manifest.get("reason", ""),
+        "source": manifest.get("source", ""),
+        "seconds": round(int(manifest.get("frames", 0)) / fps, 2),
+    }
+
+
+def describe_bank(info: dict | None) -> str:
+    """A few words for a bank: '352 mouths from 14.1 s of footage', 'empty (why)', 'cold'."""
+    if info is None:
+        return "cold (not precompiled under this recipe)"
+    if info["entries"] == 0:
+        return f"empty ({info['reason']})"
+    return f"{info['entries']} mouths from {info['seconds']:g} s of footage"
+
+
+def persona_bank(store: Store, root: Path, persona: str, recipe: Recipe) -> tuple[str, Path] | None:
+    """(key, clip) of the persona's mouth bank a render uses: `speech.mp4`'s, else the
+    first loop (by attire, then motion) whose bank holds mouths; it must be hot (whole,
+    `pipeline.hot.hot_check`). None when the persona has none."""
+    from pipeline.hot import hot_check
+
+    try:
+        found = scan_persona(root, persona)
+    except (PersonaError, OSError):
+        return None
+    clips = [("speech", found.speech)] if found.speech is not None else []
+    clips += [("loop", p) for a in sorted(found.loops) for _, p in sorted(found.loops[a].items())]
+    for kind, path in clips:
+        try:
+            key = bank_plan(store, path, recipe, kind).avatar
+        except OSError:
+            continue
+        info = bank_info(store, key)
+        if info is not None and info["entries"] > 0 and not hot_check(store, key)[1]:
+            return key, path
+    return None

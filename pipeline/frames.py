@@ -32,6 +32,13 @@ class FrameSource:
 
         return decode_frame(self._blob(i))
 
+    def yuv(self, i: int):
+        """Stored frame i as an I420 `av.VideoFrame` (pipeline/yuv.py): what the hot path
+        hands the encoder. Shared: copy it (`yuv.copy_frame`) before writing into it."""
+        from pipeline.media import decode_yuv
+
+        return decode_yuv(self._blob(i))
+
     def proxy(self, i: int, proxy: int) -> tuple[np.ndarray, float]:
         from pipeline.media import decode_proxy
 
@@ -46,9 +53,33 @@ def frame_name(i: int) -> str:
     return f"frame/{i:06d}"
 
 
-# Decoded frames a render keeps for their next use (see ScheduledFrames): 256 MiB is 43
-# RGB frames at 1080x1920, the whole of a loop of up to 22 stored frames in ping-pong.
-CACHE_BYTES = 256 << 20
+# Decoded frames a render keeps for their next use (see ScheduledFrames): 64 MiB is 21
+# I420 frames at 1080x1920, the whole of a ping-pong loop of up to 11 stored frames. A
+# stored frame decodes in ~6 ms now, so a bigger cache buys little for the memory a stream
+# holds (bench/bench_hot_path.py: a 128 MiB cache added ~100 MB to a stream's peak).
+CACHE_BYTES = 64 << 20
+
+
+def yuv_loader(load: Callable[[int], np.ndarray]) -> Callable[[int], object]:
+    """i -> stored frame i as an I420 frame: FrameSource.yuv, or any RGB loader (the
+    in-memory avatars of the tests) converted."""
+    if hasattr(load, "yuv"):
+        return load.yuv
+
+    def convert(i: int):
+        from pipeline.yuv import frame_from_rgb
+
+        return frame_from_rgb(load(i))
+
+    return convert
+
+
+def _nbytes(frame) -> int:
+    if isinstance(frame, np.ndarray):
+        return frame.nbytes
+    from pipeline.yuv import nbytes
+
+    return nbytes(frame)
 
 
 class ScheduledFrames:
@@ -81,16 +112,16 @@ class ScheduledFrames:
             hit = self.cache.pop(i, None)
             if hit is not None:
                 frame = hit[1]
-                self.used -= frame.nbytes
+                self.used -= _nbytes(frame)
             else:
                 frame = self.load(i)
                 self.decoded += 1
                 if self.fresh:
                     frame.flags.writeable = False  # it may be kept: nobody writes into it
             nxt = self.next_use[t]
-            if nxt < (1 << 62) and self._make_room(frame.nbytes, nxt):
+            if nxt < (1 << 62) and self._make_room(_nbytes(frame), nxt):
                 self.cache[i] = (nxt, frame)
-                self.used += frame.nbytes
+                self.used += _nbytes(frame)
                 yield t, i, frame, False
             else:
                 owned = hit is None and self.fresh
@@ -106,5 +137,5 @@ class ScheduledFrames:
             far = max(self.cache, key=lambda k: self.cache[k][0])
             if self.cache[far][0] <= nxt:
                 return False  # everything kept is needed sooner than this one
-            self.used -= self.cache.pop(far)[1].nbytes
+            self.used -= _nbytes(self.cache.pop(far)[1])
         return True

@@ -101,3 +101,18 @@ def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
         latents=arrays.get("latents"),
         mesh=arrays.get("mesh"),
     )
+
+
+def load_bank(store: Store, bank_key: str):
+    """The mouth bank (`pipeline.mouth.bank.MouthBank`) a bank record names, or None when
+    it holds no mouths. Raises ColdAvatarError when it is missing or damaged."""
+    from pipeline.mouth.bank import MouthBank
+
+    manifest = store.get_avatar(bank_key)
+    if manifest is None or manifest.get("kind") != "bank":
+        raise ColdAvatarError(f"mouth bank {bank_key} is not in the store")
+    stage = store.get_stage(manifest["stages"]["bank"])
+    arrays = store.load_arrays(manifest["stages"]["bank"])
+    if stage is None or arrays is None:
+        raise ColdAvatarError(f"the mouth bank {bank_key} is missing or damaged")
+    return MouthBank.from_arrays(bank_key, arrays, stage.meta)

@@ -67,6 +67,7 @@ class LipSyncOutcome:
     jit_seconds: float
     render: RenderReport
     first_frame_seconds: float  # from the call until the first frame was encoded
+    bank: str | None = None  # the mouth bank the mouths came from (warp), if any
 
 
 def check_audio(audio: Path) -> None:
@@ -86,6 +87,16 @@ class HotAvatar:
     options: dict  # persona.toml's (loop, fps)
     jit: bool
     jit_seconds: float
+    bank: str | None = None  # the persona's hot mouth bank (warp only), leased with the avatar
+
+    def assets(self, store: Store):
+        """The avatar's assets for the render, the persona's mouth bank with them."""
+        from pipeline.hot import load_assets, load_bank
+
+        assets = load_assets(store, self.avatar)
+        if self.bank is not None:
+            assets.bank = load_bank(store, self.bank)
+        return assets
 
 
 @contextmanager
@@ -149,7 +160,16 @@ def hot_avatar(
             avatar, jit, jit_seconds = report.avatar, True, time.perf_counter() - jit_start
         elif not store.readonly:
             store.count("hits")
-        yield HotAvatar(avatar, found.path, recipe, options, jit, jit_seconds)
+        bank = None
+        if request.backend == "warp":  # its mouths from the presenter's footage, when hot
+            from pipeline.catalog import persona_bank
+
+            got = persona_bank(store, personas, found.persona, recipe)
+            if got is not None:
+                bank = got[0]
+                if lease is not None:
+                    lease.extend([bank])
+        yield HotAvatar(avatar, found.path, recipe, options, jit, jit_seconds, bank)
 
 
 def lip_sync(
@@ -172,7 +192,6 @@ def lip_sync(
     (cold with no_jit, or cold in a read-only store) and whatever precompile and render
     raise.
     """
-    from pipeline.hot import load_assets
     from pipeline.render.video import check_output, render_video
 
     started = time.perf_counter()
@@ -187,7 +206,7 @@ def lip_sync(
     )
     with steps as hot:
         # 3. render from the store alone
-        assets = load_assets(store, hot.avatar)
+        assets = hot.assets(store)
         render_called = time.perf_counter()
         result = render_video(
             assets,
@@ -209,6 +228,7 @@ def lip_sync(
         jit_seconds=hot.jit_seconds,
         render=result,
         first_frame_seconds=render_called - started + result.first_frame_seconds,
+        bank=hot.bank,
     )
 
 
@@ -229,7 +249,6 @@ def live_lip_sync(
     """Steps 1-2 as `lip_sync` takes them, then `live_render`: audio that arrives as it
     is spoken (`chunks` of s16le PCM) in, fragmented MP4 segments to `sink` out.
     `request.audio` and `request.output` are not read (the sink is the output)."""
-    from pipeline.hot import load_assets
     from pipeline.render.live import live_render
 
     progress = progress or (lambda step, done, total: None)
@@ -237,7 +256,7 @@ def live_lip_sync(
     with steps as hot:
         # 3. render the input as it comes, from the store alone
         out = live_render(
-            load_assets(store, hot.avatar),
+            hot.assets(store),
             chunks,
             rate,
             channels,

@@ -7,6 +7,7 @@ memory does not grow with the length of the video.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,10 +230,19 @@ def probe(path: str | Path) -> MediaInfo:
 
 # ---------------------------------------------------------------------------- frame codec
 
-# Chosen by bench/bench_frame_codec.py on 1080x1920 frames, one core: JPEG q95 with 4:4:4
-# chroma decodes in ~12 ms at 460-575 KiB (1/13-1/11 of raw) with PSNR >= 43 dB, visually
-# lossless; PNG-1 is 1.9-3.2 MiB and decodes in 44-76 ms, WebP lossless encodes in ~0.8 s.
-FRAME_CODEC = "jpeg-q95-444"
+# The stored frames' format (bench/bench_hot_path.py measures the candidates): the I420
+# planes x264 takes (BT.601 limited range, as cv2.COLOR_RGB2YUV_I420 makes them) in a JPEG
+# at quality 95, 4:2:0. FFmpeg's JPEG decoder hands them back as yuv420p planes ready for
+# the encoder, with no colour conversion either way (~6 ms a 1080x1920 frame, against
+# ~19 ms for the JPEG 4:4:4 decode to RGB plus its conversion to I420), at 0.7x the bytes.
+# The JPEG carries the comment "CS=ITU601", FFmpeg's own mark for limited-range planes, so
+# any FFmpeg-based reader gets the colours right, and `decode_frame` tells it apart.
+FRAME_CODEC = "i420-jpeg-q95"
+# Formats older avatars hold: still read (and rendered) until they are rebuilt.
+LEGACY_CODECS = ("jpeg-q95-444",)
+FRAME_CODECS = (FRAME_CODEC, *LEGACY_CODECS)
+_COMMENT = b"CS=ITU601\x00"
+I420_MARK = b"\xff\xd8\xff\xfe" + (len(_COMMENT) + 2).to_bytes(2, "big") + _COMMENT
 
 
 def _encode_params(codec: str) -> tuple[str, list[int]]:
@@ -253,12 +263,21 @@ def _encode_params(codec: str) -> tuple[str, list[int]]:
     }[codec]
 
 
-def encode_frame(rgb: np.ndarray, codec: str = FRAME_CODEC) -> bytes:
-    """Encode an RGB uint8 frame for the store."""
+def encode_frame(rgb: np.ndarray, codec: str | None = None) -> bytes:
+    """Encode an RGB uint8 frame for the store (`codec`: FRAME_CODEC unless given)."""
     import cv2
 
+    codec = codec or FRAME_CODEC
     if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
         raise ValueError(f"encode_frame: expected (H, W, 3) uint8 RGB, got {rgb.shape} {rgb.dtype}")
+    if codec == "i420-jpeg-q95":
+        import simplejpeg
+
+        from pipeline.yuv import i420_of_rgb
+
+        y, u, v = (np.ascontiguousarray(p) for p in i420_of_rgb(rgb))
+        data = simplejpeg.encode_jpeg_yuv_planes(y, u, v, quality=95)
+        return I420_MARK + data[2:]  # the comment right after the start-of-image marker
     ext, params = _encode_params(codec)
     ok, buf = cv2.imencode(ext, cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), params)
     if not ok:
@@ -266,15 +285,70 @@ def encode_frame(rgb: np.ndarray, codec: str = FRAME_CODEC) -> bytes:
     return buf.tobytes()
 
 
-def decode_frame(data: bytes | memoryview | np.ndarray) -> np.ndarray:
-    """Decode any frame encode_frame wrote (the format is read from the bytes) to RGB uint8."""
-    import cv2
-
-    buf = (
+def _as_bytes(data: bytes | memoryview | np.ndarray) -> np.ndarray:
+    return (
         data.reshape(-1).view(np.uint8)
         if isinstance(data, np.ndarray)
         else np.frombuffer(data, np.uint8)
     )
+
+
+def is_i420(data: bytes | memoryview | np.ndarray) -> bool:
+    """Whether `data` is a frame in the I420 JPEG format (FRAME_CODEC)."""
+    return _as_bytes(data)[: len(I420_MARK)].tobytes() == I420_MARK
+
+
+_decoders = threading.local()  # one FFmpeg JPEG decoder per thread and reduction
+
+
+def _jpeg_decoder(lowres: int = 0):
+    import av
+
+    ctx = getattr(_decoders, f"mjpeg{lowres}", None)
+    if ctx is None:
+        ctx = av.CodecContext.create("mjpeg", "r")
+        if lowres:
+            ctx.options = {"lowres": str(lowres)}
+        setattr(_decoders, f"mjpeg{lowres}", ctx)
+    return ctx
+
+
+def _decode_i420(buf: np.ndarray, lowres: int = 0):
+    import av
+
+    try:
+        frames = _jpeg_decoder(lowres).decode(av.Packet(buf.tobytes()))
+    except av.FFmpegError as err:
+        raise ValueError(f"decode_frame: {buf.size} bytes are not a stored frame ({err})") from err
+    if len(frames) != 1 or frames[0].format.name not in ("yuv420p", "yuv444p", "yuv440p"):
+        raise ValueError(f"decode_frame: {buf.size} bytes did not decode to one I420 frame")
+    if frames[0].format.name != "yuv420p":  # FFmpeg's choice for a frame 1 px wide or high
+        from pipeline.yuv import frame_from_planes, planes
+
+        return frame_from_planes(*planes(frames[0]))
+    return frames[0]
+
+
+def decode_yuv(data: bytes | memoryview | np.ndarray):
+    """Decode a stored frame to an I420 `av.VideoFrame` (pipeline/yuv.py), any format:
+    the I420 JPEG straight to its planes, an older avatar's RGB frames converted."""
+    buf = _as_bytes(data)
+    if is_i420(buf):
+        return _decode_i420(buf)
+    from pipeline.yuv import frame_from_rgb
+
+    return frame_from_rgb(decode_frame(buf))
+
+
+def decode_frame(data: bytes | memoryview | np.ndarray) -> np.ndarray:
+    """Decode any frame encode_frame wrote (the format is read from the bytes) to RGB uint8."""
+    import cv2
+
+    buf = _as_bytes(data)
+    if is_i420(buf):
+        from pipeline.yuv import to_rgb
+
+        return to_rgb(_decode_i420(buf))
     rgb = cv2.imdecode(buf, cv2.IMREAD_COLOR_RGB)
     if rgb is None:
         raise ValueError(f"decode_frame: {buf.size} bytes are not an encoded frame")
@@ -294,21 +368,23 @@ def decode_proxy(
     reduce = next((r for r in (8, 4, 2) if full_side / r >= proxy), 1)
     if reduce == 1:
         return make_proxy(decode_frame(data), proxy)
-    flag = {
-        2: cv2.IMREAD_REDUCED_COLOR_2,
-        4: cv2.IMREAD_REDUCED_COLOR_4,
-        8: cv2.IMREAD_REDUCED_COLOR_8,
-    }[reduce]
-    buf = (
-        data.reshape(-1).view(np.uint8)
-        if isinstance(data, np.ndarray)
-        else np.frombuffer(data, np.uint8)
-    )
-    bgr = cv2.imdecode(buf, flag)
-    if bgr is None:
-        raise ValueError(f"decode_proxy: {buf.size} bytes are not an encoded frame")
-    image, scale = make_proxy(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), proxy)
-    return image, scale * max(bgr.shape[:2]) / full_side
+    buf = _as_bytes(data)
+    if is_i420(buf):
+        from pipeline.yuv import to_rgb
+
+        rgb = to_rgb(_decode_i420(buf, lowres={2: 1, 4: 2, 8: 3}[reduce]))
+    else:
+        flag = {
+            2: cv2.IMREAD_REDUCED_COLOR_2,
+            4: cv2.IMREAD_REDUCED_COLOR_4,
+            8: cv2.IMREAD_REDUCED_COLOR_8,
+        }[reduce]
+        bgr = cv2.imdecode(buf, flag)
+        if bgr is None:
+            raise ValueError(f"decode_proxy: {buf.size} bytes are not an encoded frame")
+        rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    image, scale = make_proxy(rgb, proxy)
+    return image, scale * max(rgb.shape[:2]) / full_side
 
 
 def make_proxy(frame: np.ndarray, proxy: int = 480) -> tuple[np.ndarray, float]:

@@ -6,6 +6,8 @@ Layout (see personas/README.md)::
     <persona>/<attire>.(png|jpg|jpeg|webp)      attire still
     <persona>/<attire>.(mp4|mov|webm|mkv)       attire loop, motion "default"
     <persona>/<attire>/<motion>.(mp4|...)       several motion loops
+    <persona>/speech.(mp4|mov|webm|mkv)         optional: the presenter reading aloud (10-60 s),
+                                                the persona's mouth bank; not an attire
     <persona>/persona.toml                      optional overrides (bbox_shift, face, fps, loop)
 
 Resolution order: explicit video; the attire's loop (the named motion, else the first
@@ -26,6 +28,7 @@ VIDEO_EXTS = (".mp4", ".mov", ".webm", ".mkv")
 MEDIA_EXTS = IMAGE_EXTS + VIDEO_EXTS
 PORTRAIT = "portrait"
 DEFAULT = "default"
+SPEECH = "speech"  # <persona>/speech.mp4: talking footage for the mouth bank, not an attire
 
 
 class PersonaError(ValueError):
@@ -47,6 +50,7 @@ class Persona:
     name: str
     stills: dict[str, Path] = field(default_factory=dict)  # attire -> still (portrait is "default")
     loops: dict[str, dict[str, Path]] = field(default_factory=dict)  # attire -> motion -> video
+    speech: Path | None = None  # talking footage (the mouth bank's), when there is one
 
     @property
     def attires(self) -> list[str]:
@@ -55,6 +59,12 @@ class Persona:
 
 def is_media(path: Path) -> bool:
     return path.suffix.lower() in MEDIA_EXTS and not path.name.startswith(".")
+
+
+def is_speech(path: Path) -> bool:
+    """A persona's talking footage (`<persona>/speech.mp4`): its mouth bank's clip."""
+    path = Path(path)
+    return path.stem == SPEECH and path.suffix.lower() in VIDEO_EXTS and is_media(path)
 
 
 def _safe_name(kind: str, name: str) -> str:
@@ -97,6 +107,8 @@ def scan_persona(root: Path, name: str) -> Persona:
             }
             if motions:
                 persona.loops.setdefault(entry.name, {}).update(motions)
+        elif entry.is_file() and is_speech(entry):
+            persona.speech = persona.speech or entry  # sorted: speech.mkv before speech.mp4
         elif entry.is_file() and is_media(entry):
             attire = DEFAULT if entry.stem == PORTRAIT else entry.stem
             if entry.suffix.lower() in VIDEO_EXTS:

@@ -87,13 +87,18 @@ def test_a_bench_imports_only_public_names_that_exist(path):
 @pytest.mark.parametrize(
     "path", [p for p in FILES if p.stem.startswith("bench_")], ids=lambda p: p.stem
 )
-def test_a_bench_module_imports_and_runs_on_the_harness(path):
-    module = importlib.import_module(f"bench.{path.stem}")
-    source = path.read_text()
-    assert "run_bench(" in source and callable(getattr(module, "main", None)), (
-        f"{path.name} is not a harness bench (main(bench) run by run_bench)"
-    )
-    assert module.__doc__, f"{path.name} has no docstring (it is the bench's --help)"
+def test_a_bench_runs_on_the_harness(path):
+    """Read, not imported: a bench may import what must not load inside pytest (Locust
+    monkey-patches the standard library when imported)."""
+    tree = ast.parse(path.read_text(), str(path))
+    assert ast.get_docstring(tree), f"{path.name} has no docstring (it is the bench's --help)"
+    mains = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+    calls = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "run_bench"
+    ]
+    assert mains and calls, f"{path.name} is not a harness bench (main(bench) run by run_bench)"
 
 
 def test_the_harness_is_one_module_under_both_names():

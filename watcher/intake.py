@@ -209,7 +209,7 @@ class Intake:
             return
         try:
             recipe = self.keys.recipe_for(src.persona)
-            avatar = self.keys.avatar(digest, recipe)
+            avatar = self.keys.avatar(digest, recipe, src.kind)
         except (ValueError, LookupError, OSError) as exc:  # bad persona.toml, missing weights
             self.outcomes.fail(rel, src, f"{type(exc).__name__}: {exc}", stat=after, digest=digest)
             return

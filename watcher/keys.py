@@ -10,7 +10,7 @@ from typing import Any
 from pipeline.catalog import Source
 from pipeline.personas import read_options
 from pipeline.precompile.plan import plan
-from pipeline.precompile.recipe import Recipe, effective_recipe
+from pipeline.precompile.recipe import Recipe, effective_recipe, for_speech
 
 
 class Keys:
@@ -20,7 +20,7 @@ class Keys:
         self.root = root
         self.recipe = recipe  # the settings' recipe
         self._recipes: dict[str, tuple[Any, Recipe]] = {}
-        self._avatars: dict[tuple[str, Recipe], str] = {}
+        self._avatars: dict[tuple[str, Recipe, bool], str] = {}
 
     def recipe_for(self, persona: str) -> Recipe:
         """`effective_recipe` of the settings' recipe (its renderer's implied already) and
@@ -39,14 +39,19 @@ class Keys:
         self._recipes[persona] = (key, recipe)
         return recipe
 
-    def avatar(self, digest: str, recipe: Recipe) -> str:
-        key = (digest, recipe)
+    def avatar(self, digest: str, recipe: Recipe, kind: str = "loop") -> str:
+        """The key a source's row tracks: its avatar; a speech clip's, its mouth bank."""
+        key = (digest, recipe, kind == "speech")
         if key not in self._avatars:
-            self._avatars[key] = plan(digest, recipe).avatar
+            self._avatars[key] = (
+                plan(digest, for_speech(recipe), bank=True)
+                if kind == "speech"
+                else plan(digest, recipe)
+            ).avatar
         return self._avatars[key]
 
     def avatar_of(self, src: Source, digest: str) -> str:
-        return self.avatar(digest, self.recipe_for(src.persona))
+        return self.avatar(digest, self.recipe_for(src.persona), src.kind)
 
     def forget(self, persona: str) -> None:
         """persona.toml changed: read it again next time."""

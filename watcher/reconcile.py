@@ -19,7 +19,7 @@ from pathlib import Path
 from cachestore.keys import FileStat
 from cachestore.store import Store
 from pipeline.catalog import Source, iter_sources
-from pipeline.personas import DEFAULT, PersonaError, scan_persona
+from pipeline.personas import DEFAULT, SPEECH, PersonaError, scan_persona
 from watcher.events import judge
 from watcher.sources import FAILED, HOT, load_rows, row_stat, same_file
 
@@ -57,6 +57,8 @@ def persona_sources(root: Path, persona: str) -> Iterator[Source]:
             yield Source(persona, attire, motion, path, "loop")
         if attire in found.stills:
             yield Source(persona, attire, DEFAULT, found.stills[attire], "still")
+    if found.speech is not None:
+        yield Source(persona, SPEECH, DEFAULT, found.speech, "speech")
 
 
 def source_at(root: Path, rel: str) -> Source | None:

@@ -36,16 +36,18 @@ JobFn = Callable[..., dict]
 
 
 def precompile_job(path: Path, recipe: Any, store: Any, flight_wait: float = DEFAULT_WAIT) -> dict:
-    """The real job: pipeline.precompile.run.precompile on one source file."""
-    from pipeline.precompile.run import precompile
+    """The real job: pipeline.precompile.run.precompile_source on one source file (its
+    avatar, and a video's mouth bank; a speech clip's bank alone)."""
+    from pipeline.precompile.run import precompile_source
 
-    report = precompile(path, recipe, store, flight_wait=flight_wait)
+    report, bank = precompile_source(path, recipe, store, flight_wait=flight_wait)
     return {
         "digest": report.digest,
         "avatar": report.avatar,
         "hit": report.hit,
         "stages": [(s.name, s.hit, round(s.seconds, 3)) for s in report.stages],
         "frames": report.counts.get("frames"),
+        "bank": None if bank is None else bank.avatar,
     }
 
 

@@ -276,7 +276,8 @@ def summary_table(report) -> None:
     )
     if report.damaged:
         click.echo(f"rebuilt damaged {', '.join(report.damaged)} (checksum or blob missing)")
-    click.echo(f"avatar {report.avatar}  ({'hot already' if report.hit else 'now hot'})")
+    label = "mouth bank" if any(st.name == "bank" for st in report.stages) else "avatar"
+    click.echo(f"{label} {report.avatar}  ({'hot already' if report.hit else 'now hot'})")
 
 
 @cli.command()
@@ -288,9 +289,11 @@ def precompile(
     ctx: click.Context, paths: tuple[Path, ...], force: bool, **recipe_options: object
 ) -> None:
     """Precompile loop videos or stills into hot avatars (frames, track, landmarks,
-    crops, masks, latents). A second run on the same file is a cache hit."""
+    crops, masks, latents), and a video's mouth bank (a loop that talks, or a persona's
+    speech.mp4, which is only a bank). A second run on the same file is a cache hit."""
     from hotplate.progress import StageBars
-    from pipeline.precompile.run import precompile as run_precompile
+    from pipeline.catalog import bank_info, describe_bank
+    from pipeline.precompile.run import precompile_source
 
     settings = settings_of(ctx)
     check_recipe_flags(settings, **recipe_options)  # a bad flag fails before the store opens
@@ -299,7 +302,7 @@ def precompile(
     for path in paths:
         bars = StageBars(prefix=f"{path.name} ")
         try:
-            report = run_precompile(
+            report, bank = precompile_source(
                 path,
                 recipe_for_path(settings, path, recipe_options),
                 store,
@@ -318,6 +321,10 @@ def precompile(
             bars.close()
         click.echo(f"{path}")
         summary_table(report)
+        if bank is not None:
+            click.echo(
+                f"mouth bank {bank.avatar[:12]}: {describe_bank(bank_info(store, bank.avatar))}"
+            )
     if failed:
         raise click.ClickException(f"{failed} of {len(paths)} files failed")
 

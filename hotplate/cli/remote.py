@@ -58,7 +58,8 @@ def _remote(settings: Settings, url: str | None):
 
 def _sources(settings: Settings, paths: tuple[Path, ...], personas: tuple[str, ...]):
     """(persona or None, path) for the named files, else the named personas' files, else
-    every file of the personas folder."""
+    every file of the personas folder. A persona's speech.mp4 is not one: it has no
+    avatar, only a mouth bank, which push and pull do not carry (the watcher builds it)."""
     from pipeline.catalog import iter_sources
 
     if paths:
@@ -66,7 +67,7 @@ def _sources(settings: Settings, paths: tuple[Path, ...], personas: tuple[str, .
     found = [
         (s.persona, s.path)
         for s in iter_sources(settings.personas)
-        if not personas or s.persona in personas
+        if (not personas or s.persona in personas) and s.kind != "speech"
     ]
     missing = set(personas) - {p for p, _ in found}
     if missing:
@@ -93,7 +94,8 @@ def push(
     settings = settings_of(ctx)
     tier = _remote(settings, remote)
     store = open_cache(settings, fallback_readonly=True)
-    avatars = {k: a for k, a in store.items("avatar")}
+    # mouth banks stay out: a build pushes its own bank, and `pull` fetches avatars only
+    avatars = {k: a for k, a in store.items("avatar") if a.get("kind") != "bank"}
     if paths or personas_named:
         digests = {file_digest(None, p) for _, p in _sources(settings, paths, personas_named)}
         avatars = {k: a for k, a in avatars.items() if a.get("source_digest") in digests}

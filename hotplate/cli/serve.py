@@ -28,6 +28,60 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class Duration(click.ParamType):
+    """24h, 30m, 90s, 500ms or plain seconds; 'off' where the option allows it."""
+
+    name = "DURATION"
+
+    def __init__(self, allow_off: bool = False) -> None:
+        self.allow_off = allow_off
+
+    def convert(self, value, param, ctx):
+        from hotplate.serve.config import seconds
+
+        try:
+            parsed = seconds(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if parsed is None and not self.allow_off:
+            self.fail(f"{value!r}: this option needs a duration, e.g. 60s", param, ctx)
+        return str(value).strip()
+
+
+DURATION = Duration()
+
+
+class Workers(click.ParamType):
+    """A count of workers, or 'auto'."""
+
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if str(value).strip().lower() == "auto":
+            return "auto"
+        try:
+            n = int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a number of workers or 'auto'", param, ctx)
+        if n < 1:
+            self.fail(f"{n} workers: at least 1", param, ctx)
+        return n
+
+
+WORKERS = Workers()
+
+
+def size_option(text: str | None, flag: str) -> int | None:
+    from cachestore.space import parse_size
+
+    if text is None:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=flag) from None
+
+
 SIGNING_KEY_MIN = 32  # characters: `openssl rand -hex 32` writes 64
 
 
@@ -64,17 +118,44 @@ def read_tokens(path: Path) -> tuple[str, ...]:
 )
 @click.option(
     "--workers",
-    type=click.IntRange(min=1),
+    type=WORKERS,
     cls=FieldDefault,
     field="hotplate.serve.config:ServeConfig.workers",
-    help="Render worker processes; each loads the models once and keeps them.",
+    help="Render worker processes; each loads the models once and keeps them. 'auto': "
+    "from the usable cores and the renderer (warp: one per 2 cores; musetalk: 1).",
 )
 @click.option(
     "--queue-size",
     type=click.IntRange(min=1),
     cls=FieldDefault,
     field="hotplate.serve.config:ServeConfig.queue_size",
-    help="Jobs that may wait for a worker; beyond it requests get 429 with Retry-After.",
+    help="Most jobs that may wait for a worker, whatever the estimates; beyond it 503.",
+)
+@click.option(
+    "--max-wait",
+    type=Duration(allow_off=True),
+    envvar="HOTPLATE_MAX_WAIT",
+    show_envvar=True,
+    cls=FieldDefault,
+    field="hotplate.serve.config:ServeConfig.max_wait",
+    help="Admission: a request a worker is not expected to start within this (from the "
+    "queue and measured service times) is refused at once, 503 with Retry-After (a live "
+    "session: close code 1013). 'off': queue everything up to --queue-size.",
+)
+@click.option(
+    "--max-per-client",
+    type=click.IntRange(min=1),
+    help="Workers one client (one token) may hold at once.  [default: all but one when "
+    "there are several workers and several tokens; else all]",
+)
+@click.option(
+    "--drain-timeout",
+    type=DURATION,
+    cls=FieldDefault,
+    field="hotplate.serve.config:ServeConfig.drain_timeout",
+    help="On SIGTERM: admit nothing more (503, /readyz not ready), let renders and streams "
+    "in flight finish for up to this, then exit 0. A second SIGTERM, or SIGINT, stops at "
+    "once (jobs recorded as interrupted, partial files removed).",
 )
 @click.option(
     "--token-file",
@@ -133,11 +214,20 @@ def read_tokens(path: Path) -> tuple[str, ...]:
     help="Longest audio clip (422 above it; checked before the clip is decoded whole).",
 )
 @click.option(
-    "--retention-hours",
-    type=click.FloatRange(min=0),
+    "--keep-videos",
+    type=DURATION,
+    envvar="HOTPLATE_KEEP_VIDEOS",
+    show_envvar=True,
     cls=FieldDefault,
-    field="hotplate.serve.config:ServeConfig.retention_hours",
-    help="Hours a finished render's video is kept; its record stays, marked expired.",
+    field="hotplate.serve.config:ServeConfig.keep_videos",
+    help="How long a finished video stays on disk (24h, 30m, 90s); then it answers 410 "
+    "and its record goes after as long again (404).",
+)
+@click.option(
+    "--max-data-size",
+    metavar="SIZE",
+    help="Cap on the data dir (videos, uploads, records), e.g. 20G: past it the oldest "
+    "videos are deleted first.  [default: no cap]",
 )
 @click.option(
     "--data",
@@ -166,8 +256,11 @@ def serve(
     per_node: int | None,
     host: str,
     port: int,
-    workers: int,
+    workers: int | str,
     queue_size: int,
+    max_wait: str,
+    max_per_client: int | None,
+    drain_timeout: str,
     token_file: Path | None,
     admin_token_file: Path | None,
     public_metrics: bool,
@@ -176,7 +269,8 @@ def serve(
     signing_key_file: Path | None,
     max_upload_mb: float,
     max_audio_seconds: float,
-    retention_hours: float,
+    keep_videos: str,
+    max_data_size: str | None,
     data: Path | None,
 ) -> None:
     """Serve lip-sync renders over HTTP, with a page for editors at /.
@@ -210,8 +304,6 @@ def serve(
     signing_key = read_signing_key(signing_key_file) if signing_key_file else None
     import logging
 
-    import uvicorn
-
     # The guard's refusals and every problem's full detail, by request id (stderr).
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -225,10 +317,17 @@ def serve(
     attach(  # the render workers pull and push through it
         settings.cache, settings.remote, settings.remote_key
     )
+    if workers == "auto":
+        from hotplate.serve.config import auto_workers
+
+        workers = auto_workers(settings.renderer)
     config = ServeConfig(
         settings=settings,
         workers=workers,
         queue_size=queue_size,
+        max_wait=max_wait,
+        max_per_client=max_per_client,
+        drain_timeout=drain_timeout,
         token=token,
         tokens=tokens,
         admin_token=admin,
@@ -238,7 +337,8 @@ def serve(
         allow_origins=allow_origin,
         max_upload_bytes=int(max_upload_mb * 1e6),
         max_audio_seconds=max_audio_seconds,
-        retention_hours=retention_hours,
+        keep_videos=keep_videos,
+        max_data_size=size_option(max_data_size, "--max-data-size"),
         data_dir=data,
         signing_key=signing_key,
     )
@@ -248,8 +348,13 @@ def serve(
         from hotplate.cluster.serve import deploy, run_forever
 
         options = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "settings"}
-        url = deploy(settings, options, ray_address, replicas, host, port, max_replicas, per_node)
-        return run_forever(url, click.echo)
+        return run_forever(
+            ray_address,
+            lambda: deploy(
+                settings, options, ray_address, replicas, host, port, max_replicas, per_node
+            ),
+            click.echo,
+        )
     from hotplate.serve.records import claim_data_dir
 
     claim_data_dir(config.data)  # before the port: a second server refuses in one line
@@ -257,4 +362,9 @@ def serve(
         f"hotplate serve: http://{host}:{port}/ ({workers} worker(s), store {settings.cache}, "
         f"jobs in {config.data})"
     )
-    uvicorn.run(create_app(config), host=host, port=port, log_level="info", access_log=False)
+    from hotplate.serve.config import seconds
+    from hotplate.serve.drain import run
+
+    status = run(create_app(config), host, port, seconds(drain_timeout))
+    if status:
+        ctx.exit(status)

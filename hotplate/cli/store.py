@@ -69,6 +69,16 @@ def resolve(
     # hot as render and precompile decide it (pipeline.hot.hot_check): whole, not only there
     manifest, damaged = hot_check(store, p.avatar) if store is not None else (None, [])
     hot = manifest is not None and not damaged
+    bank = None
+    if (backend or settings.renderer) == "warp" and store is not None:
+        from pipeline.catalog import bank_info, persona_bank
+
+        found_bank = persona_bank(store, settings.personas, found.persona, recipe)
+        bank = (
+            None
+            if found_bank is None
+            else {**bank_info(store, found_bank[0]), "clip": str(found_bank[1])}
+        )
     why = None if hot or store is None else why_cold(store, p)
     if damaged:
         why = f"stages {', '.join(damaged)} are damaged in the store; a render or precompile rebuilds them"
@@ -82,6 +92,7 @@ def resolve(
                 "avatar": p.avatar,
                 "state": "hot" if hot else "cold",
                 "why": why,
+                "bank": bank,
             }
         )
         return
@@ -92,6 +103,15 @@ def resolve(
     click.echo(f"state    {'hot' if hot else 'cold'}")
     if why:
         click.echo(f"why      {why}")
+    if bank is not None:
+        from pipeline.catalog import describe_bank
+
+        click.echo(f"bank     {bank['key']}  {Path(bank['clip']).name}: {describe_bank(bank)}")
+    elif (backend or settings.renderer) == "warp":
+        click.echo(
+            f"bank     none: mouths are procedural (a hot bank needs talking footage: "
+            f"{found.persona}/speech.mp4 or a loop with speech, precompiled)"
+        )
 
 
 def why_cold(store, p) -> str:
@@ -108,15 +128,28 @@ def why_cold(store, p) -> str:
 @json_option
 @click.pass_context
 def ls_cmd(ctx: click.Context, as_json: bool) -> None:
-    """List personas, attires and motions, hot or cold, with their size in the store."""
-    from pipeline.catalog import iter_sources, plan_for, recipe_for
+    """List personas, attires and motions, hot or cold, with their size in the store,
+    and each video's mouth bank (a loop that talks; a persona's speech.mp4)."""
+    from pipeline.catalog import bank_info, bank_plan, iter_sources, plan_for, recipe_for
+    from pipeline.precompile.run import has_audio
 
     settings = settings_of(ctx)
     store = open_cache(settings, fallback_readonly=True) if present(settings) else None
     found = []
     for src in iter_sources(settings.personas):
-        p = plan_for(store, src.path, recipe_for(settings.personas, src.persona, settings.recipe))
-        size = store.avatar_bytes(p.avatar) if store else None  # None: cold (or gc'd meanwhile)
+        recipe = recipe_for(settings.personas, src.persona, settings.recipe)
+        bank = None
+        if src.kind != "still":
+            info = bank_info(store, bank_plan(store, src.path, recipe, src.kind).avatar)
+            bank = {"state": "cold"} if info is None else {"state": "hot", **info}
+            if info is None and src.kind == "loop" and not has_audio(src.path):
+                bank = {"state": "none", "reason": "no audio track"}  # nothing to build
+        if src.kind == "speech":  # only a bank: its row is the bank's
+            p_avatar = bank.get("key") or bank_plan(store, src.path, recipe, "speech").avatar
+            size = store.avatar_bytes(p_avatar) if store and bank["state"] == "hot" else None
+        else:
+            p_avatar = plan_for(store, src.path, recipe).avatar
+            size = store.avatar_bytes(p_avatar) if store else None  # None: cold (or gc'd)
         found.append(
             {
                 "persona": src.persona,
@@ -126,7 +159,8 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
                 "state": "cold" if size is None else "hot",
                 "bytes": size or 0,
                 "file": str(src.path),
-                "avatar": p.avatar,
+                "avatar": p_avatar,
+                "bank": bank,
             }
         )
     if as_json:
@@ -140,11 +174,21 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
         (
             *(f[c] for c in columns),
             human_bytes(f["bytes"]) if f["state"] == "hot" else "-",
+            bank_cell(f["bank"]),
             Path(f["file"]).name,
         )
         for f in found
     ]
-    table((*columns, "size", "file"), rows)
+    table((*columns, "size", "bank", "file"), rows)
+
+
+def bank_cell(bank: dict | None) -> str:
+    """The `bank` column of `ls`: '-' for stills, mouths in a hot bank, silent, cold."""
+    if bank is None or bank["state"] == "none":
+        return "-"
+    if bank["state"] != "hot":
+        return "cold"
+    return f"{bank['entries']} mouths" if bank["entries"] else "silent"
 
 
 @click.command()
@@ -275,7 +319,7 @@ def gc(
     """Delete what no persona needs: unrooted, unused, unpinned entries."""
     from cachestore.compact import compact as compact_store
     from cachestore.gc import collect
-    from pipeline.catalog import installed_recipes, iter_sources, plan_for, recipe_for
+    from pipeline.catalog import installed_recipes, iter_sources, recipe_for, rooted_keys
 
     settings = settings_of(ctx)
     # a dry run writes nothing: read-only store, --pin keys only count as roots
@@ -288,7 +332,7 @@ def gc(
         try:
             for recipe in recipes:
                 persona_recipe = recipe_for(settings.personas, src.persona, recipe)
-                roots.add(plan_for(store, src.path, persona_recipe).avatar)
+                roots.update(rooted_keys(store, src, persona_recipe))  # avatar, mouth bank
         except OSError as exc:  # a file vanished mid-scan: it roots nothing
             click.echo(f"skipping {src.path}: {exc}", err=True)
     hours = settings.grace_hours if grace is None else grace

@@ -21,7 +21,10 @@ ingress, one app per replica, each with its render workers and models kept loade
   replicas share one signing key, so a URL any of them signed opens on all.
 
 Routes, auth and limits are the app's own; `/readyz` answers from a replica whose
-workers are up, and Serve sends traffic only to replicas whose start finished.
+workers are up, and Serve sends traffic only to replicas whose start finished. A replica
+being stopped (SIGTERM to `hotplate serve --ray`, a redeploy, a downscale) drains through
+Serve's graceful shutdown: no new requests, the ongoing ones finish, then the app's
+lifespan waits for its queued jobs for up to --drain-timeout.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import contextlib
 import os
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +184,11 @@ def application(
         # a replica takes what its workers can run (plus one being handed over); the rest
         # wait in Serve, which sends them to whichever replica frees up first
         max_ongoing_requests=options.get("workers", 1) + 1,
+        # a replica being stopped drains as `hotplate serve` does on SIGTERM: Serve sends
+        # it nothing new and waits for its requests, then its lifespan waits for its
+        # queued jobs (--drain-timeout), plus time to stop the workers
+        graceful_shutdown_wait_loop_s=1.0,
+        graceful_shutdown_timeout_s=drain_seconds(options) + 15.0,
         **scaling,
     )
     @serve.ingress(build)
@@ -187,6 +196,12 @@ def application(
         pass
 
     return Hotplate.bind()
+
+
+def drain_seconds(options: dict[str, Any]) -> float:
+    from hotplate.serve.config import ServeConfig, seconds
+
+    return seconds(options.get("drain_timeout", ServeConfig.drain_timeout)) or 0.0
 
 
 def connect(address: str) -> None:
@@ -233,20 +248,28 @@ def deploy(
     return f"http://{host}:{port}/"
 
 
-def run_forever(url: str, echo: Any) -> None:
-    """Block until Ctrl-C or SIGTERM, then take the app down (the cluster stays)."""
+def run_forever(address: str, start: Callable[[], str], echo: Any) -> None:
+    """Join the cluster, deploy (`start()` returns the URL), block until Ctrl-C or SIGTERM,
+    then take the app down gracefully (its replicas drain; the cluster stays). SIGTERM is
+    caught after ray.init (whose own handler would kill the process) and before the
+    deploy, so one that comes as soon as the app answers is a drain, never a kill."""
     import signal
 
+    import ray
     from ray import serve
 
     def stop(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    if not ray.is_initialized():
+        connect(address)
     # SIGTERM (systemd, docker stop) takes the app down as Ctrl-C does
     signal.signal(signal.SIGTERM, stop)
-    echo(f"hotplate serve --ray: {url} (Ctrl-C or SIGTERM stops the app, not the cluster)")
     try:
+        url = start()
+        echo(f"hotplate serve --ray: {url} (Ctrl-C or SIGTERM stops the app, not the cluster)")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends the wait at once
         serve.delete(APP_NAME)

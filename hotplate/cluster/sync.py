@@ -44,7 +44,7 @@ def build_one(persona: str, attire: str, motion: str, path: str) -> TaskResult:
     from cachestore.store import open_store
     from hotplate.cluster.serve import node_settings
     from pipeline.catalog import recipe_for
-    from pipeline.precompile.run import precompile
+    from pipeline.precompile.run import precompile_source
 
     node = ray.get_runtime_context().get_node_id()
     start = time.perf_counter()
@@ -53,7 +53,8 @@ def build_one(persona: str, attire: str, motion: str, path: str) -> TaskResult:
         store = open_store(settings.cache)
         failures = store.read_value("meta", "count:push_failures") or 0
         recipe = recipe_for(settings.personas, persona, settings.recipe)
-        report = precompile(Path(path), recipe, store, flight_wait=settings.flight_wait)
+        # the file's avatar (and a video's mouth bank; a speech clip's bank alone)
+        report, _ = precompile_source(Path(path), recipe, store, flight_wait=settings.flight_wait)
         wait_for_pushes()  # the task returns once the tier has what it built
         release_done()  # and the other nodes need not wait for its lease to run out
         state = "pulled" if report.pulled is not None else "hot already" if report.hit else "built"

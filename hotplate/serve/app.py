@@ -15,11 +15,13 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from hotplate.serve import problems
-from hotplate.serve.config import ServeConfig
+from hotplate.serve.admission import Admission
+from hotplate.serve.config import ServeConfig, seconds
 from hotplate.serve.guard import Guard, Policy
+from hotplate.serve.metrics import Metrics, RequestTimer
 from hotplate.serve.problems import Problem
 from hotplate.serve.queue import JobQueue
-from hotplate.serve.records import Job, JobRecords, claim_data_dir, new_id
+from hotplate.serve.records import Job, JobRecords, Retention, claim_data_dir, new_id
 from hotplate.serve.routes import access, catalog, docs, health, page, renders, stream
 
 __all__ = ["ServeConfig", "Service", "create_app"]
@@ -30,7 +32,7 @@ FORM_OVERHEAD = 64 << 10  # multipart boundaries and the small fields
 class Service:
     """What the routes share: config, the store handle, job records and the queue."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, metrics: Metrics | None = None) -> None:
         from cachestore.store import open_store
 
         self.config, s = config, config.settings
@@ -48,7 +50,23 @@ class Service:
             "loop": s.loop,
             "flight_wait": s.flight_wait,  # for another process building the same avatar
         }
-        self.queue = JobQueue(self.records, worker_settings, config.workers, config.queue_size)
+        self.metrics = metrics or Metrics()
+        self.queue = JobQueue(
+            self.records,
+            worker_settings,
+            config.workers,
+            config.queue_size,
+            self.metrics,
+            Retention(seconds(config.keep_videos), config.data, config.max_data_size),
+            max_wait=seconds(config.max_wait),
+            cap=config.per_client_cap,
+        )
+        self.metrics.watch(
+            lambda: len(self.queue.workers),
+            lambda: len(self.queue.running),
+            self.queue.depth,
+            self.store,
+        )
 
     def recipe_for_backend(self, backend: str) -> Any:
         """The settings' recipe with what `backend` implies (the worker adds persona.toml's),
@@ -77,18 +95,20 @@ class Service:
 def create_app(config: ServeConfig) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        service = Service(config)
+        service = Service(config, metrics)
         app.state.service = service
         await service.queue.start()
-        retention = config.retention_hours * 3600
-        sweep = asyncio.create_task(
-            service.queue.sweep(retention, min(60.0, max(retention / 4, 0.5)), time.time)
-        )
+        sweep = asyncio.create_task(service.queue.sweep())
         try:
             yield
         finally:
             sweep.cancel()
-            await service.queue.stop()
+            queue = service.queue
+            if queue.draining_until is None:  # not drained by a signal (a Ray replica's stop)
+                drain_s = seconds(config.drain_timeout)
+                queue.draining_until = time.monotonic() + drain_s
+                await queue.drained(drain_s)
+            await queue.stop()
 
     app = FastAPI(
         title="hotplate",
@@ -101,7 +121,10 @@ def create_app(config: ServeConfig) -> FastAPI:
     app.state.config = config
     app.state.policy = policy = policy_of(config)
     problems.install(app)
-    # The guard is the outermost layer but for CORS (preflights carry no token).
+    app.state.metrics = metrics = Metrics()
+    # The guard is the outermost layer but for CORS (preflights carry no token) and the
+    # timer (a refused request is a request too).
+    app.add_middleware(Admission)  # inside the guard: it needs to know the client
     app.add_middleware(Guard, policy=policy)
     if config.allow_origins:
         from fastapi.middleware.cors import CORSMiddleware
@@ -113,6 +136,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             allow_headers=["authorization"],
             expose_headers=["x-request-id", "location", "x-hotplate-job", "x-hotplate-cache"],
         )
+    app.add_middleware(RequestTimer, metrics=metrics)
 
     app.include_router(page.router)
     app.mount("/static", StaticFiles(directory=str(page.STATIC)), name="static")

@@ -18,6 +18,8 @@ def list_catalog(store: Any, personas: Path, recipe: Any) -> list[dict[str, Any]
 
     rows = []
     for src in iter_sources(personas):
+        if src.kind == "speech":  # talking footage for the mouth bank, not an attire
+            continue
         row = {
             "persona": src.persona,
             "attire": src.attire,

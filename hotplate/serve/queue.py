@@ -1,47 +1,77 @@
-"""The bounded job queue the render workers serve (records in records.py)."""
+"""The job queue the render workers serve (records in records.py, admission in admission.py).
+
+Jobs wait in arrival order; a free worker takes the first one, an editor's (render,
+stream, live) before any background precompile, skipping a client that already holds
+its share of workers (`cap`, `--max-per-client`). `admit` refuses work a worker would
+not start within `max_wait` (admission.py says how that is estimated).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import math
 import time
-from collections import deque
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
+from hotplate.serve.admission import (
+    TICKET,
+    Busy,
+    ServiceTimes,
+    Slot,
+    Ticket,
+    expected_start,
+    priority_of,
+)
+from hotplate.serve.metrics import Metrics
 from hotplate.serve.problems import Problem
-from hotplate.serve.records import CANCELLABLE, Job, JobRecords, remove, snapshot
+from hotplate.serve.records import (
+    CANCELLABLE,
+    Job,
+    JobRecords,
+    Retention,
+    remove,
+    snapshot,
+    sweep_orphans,
+)
 from hotplate.serve.workers import RenderWorker
 
-
-@dataclass
-class Stats:
-    """What /metrics reports about jobs since the server started."""
-
-    finished: dict[str, int] = field(default_factory=dict)  # state -> count
-    render_seconds: list[float] = field(default_factory=list)
-    jit_seconds: list[float] = field(default_factory=list)
-    recent: deque = field(default_factory=lambda: deque(maxlen=20))  # for Retry-After
+Entry = tuple[Job, dict, Any]  # a job, its request's fields, its recipe
 
 
 class JobQueue:
-    """A bounded queue served by N render workers; every state change is saved and
-    wakes whoever waits on it (the one-shot route, the SSE stream)."""
+    """The queue served by N render workers (module doc); every state change is saved
+    and wakes whoever waits on it (the one-shot route, the SSE stream)."""
 
     def __init__(
-        self, records: JobRecords, worker_settings: dict[str, Any], workers: int, size: int
+        self,
+        records: JobRecords,
+        worker_settings: dict[str, Any],
+        workers: int,
+        size: int,
+        metrics: Metrics | None = None,
+        retention: Retention | None = None,
+        max_wait: float | None = None,
+        cap: int | None = None,
     ) -> None:
         self.records, self.worker_settings = records, worker_settings
         self.n_workers, self.size = workers, size
+        self.max_wait, self.cap = max_wait, cap or workers
         self.live: dict[str, Job] = {}  # queued or running
-        self.queue: asyncio.Queue[tuple[Job, dict, Any]] = asyncio.Queue(maxsize=size)
+        self.waiting: list[Entry] = []  # in arrival order; _take applies the priorities
+        self.tickets: list[Ticket] = []  # admitted requests whose job is not queued yet
+        self.work = asyncio.Event()  # set when a worker might find something to take
         self.changed = asyncio.Condition()
         self.workers: list[RenderWorker] = []
         self.running: dict[str, RenderWorker] = {}
         self.ready = False
-        self.stats = Stats()
+        self.draining_until: float | None = None  # set by drain(): admit nothing more
+        self.in_flight = 0  # admitted requests whose answer has not ended (admission.py)
+        self._pending: set[asyncio.Task] = set()
+        self.metrics = metrics or Metrics()
+        self.times = ServiceTimes()
+        self.retention = retention or Retention(86400.0, records.path.parent)
         self.threads = ThreadPoolExecutor(max_workers=workers + 1, thread_name_prefix="render")
         self.tasks: list[asyncio.Task] = []
 
@@ -55,6 +85,8 @@ class JobQueue:
         self.ready = True
 
     async def stop(self) -> None:
+        """The clean end (after a drain, or when the app shuts down): workers asked to
+        exit, and what is left recorded as interrupted, its files removed."""
         self.ready = False
         for task in self.tasks:
             task.cancel()
@@ -62,33 +94,147 @@ class JobQueue:
         await asyncio.gather(
             *(loop.run_in_executor(None, w.stop) for w in self.workers), return_exceptions=True
         )
-        for job in list(self.live.values()):  # a clean stop fails what is left, as a crash would
-            job.state, job.status, job.finished = "failed", 503, time.time()
-            job.error = "the server stopped before this job finished; submit it again"
-            remove(job.audio, job.video)
-            self.records.save(job)
+        self._interrupted("the server stopped before this job finished")
         self.threads.shutdown(wait=False, cancel_futures=True)
+
+    async def drained(self, timeout: float) -> bool:
+        """Wait until no job is queued or running and no admitted request is still being
+        answered (the last bytes of a stream, a blocking render's MP4), for up to
+        `timeout` seconds; returns whether that happened."""
+        async with self.changed:
+            try:
+                await asyncio.wait_for(
+                    self.changed.wait_for(lambda: not self.live and self.in_flight <= 0),
+                    timeout,
+                )
+                return True
+            except TimeoutError:
+                return False
+
+    def interrupt(self, why: str) -> int:
+        """Stop now (a second signal): kill every worker, record the jobs they ran or
+        would have run as interrupted and remove their files; returns how many."""
+        self.ready = False
+        for task in self.tasks:
+            task.cancel()
+        for worker in self.workers:
+            worker.kill()
+        return self._interrupted(why)
+
+    def _interrupted(self, why: str) -> int:
+        left = list(self.live.values())
+        for job in left:
+            job.state, job.status, job.finished = "interrupted", 503, time.time()
+            job.error = f"{why}; submit it again"
+            remove(job.audio, job.video, job.audio and job.audio + ".part")
+            job.audio = job.video = None
+            self.metrics.renders.labels("interrupted").inc()
+            self.live.pop(job.id, None)
+            self.records.save(job)
+        sweep_orphans(self.retention.data)  # uploads still arriving, partial videos
+        return len(left)
 
     # -- submitting and cancelling ----------------------------------------------------
 
-    def submit(self, job: Job, request_fields: dict, recipe: Any) -> Job:
-        """Queue the job, or raise Problem 429 with Retry-After when the queue is full."""
-        try:
-            self.queue.put_nowait((job, request_fields, recipe))
-        except asyncio.QueueFull:
-            raise Problem(
-                429,
+    def admit(self, kind: str, client: str) -> Ticket:
+        """A place for a request of `kind` from `client`, or Busy (503 with Retry-After):
+        the server drains, the queue holds `size` jobs, or a worker is not expected to
+        start it within max_wait."""
+        if self.draining_until is not None:
+            left = self.draining_until - time.monotonic()
+            raise Busy(
+                "draining",
+                left,
+                f"the server is shutting down (a restart or deploy); retry in {max(1, int(left))} s",
+            )
+        if self.depth() + len(self.tickets) >= self.size:  # cancelled ones hold no place
+            start = self.expected_start(kind, client)
+            raise Busy(
+                "queue_full",
+                start,
                 f"the render queue is full ({self.size} jobs waiting); retry later",
-                {"Retry-After": str(self.retry_after())},
-            ) from None
+            )
+        if self.max_wait is not None:
+            start = self.expected_start(kind, client)
+            if start > self.max_wait:
+                retry = start - self.max_wait
+                raise Busy(
+                    "busy",
+                    retry,
+                    f"the server is busy: a worker would start this in about {start:.0f} s, "
+                    f"over the {self.max_wait:g} s it may wait (--max-wait); "
+                    f"retry in {max(1, round(retry))} s",
+                )
+        ticket = Ticket(kind, client, self.times.estimate(kind), self._release)
+        self.tickets.append(ticket)
+        self.metrics.admitted.labels(kind).inc()
+        return ticket
+
+    def expected_start(self, kind: str, client: str) -> float:
+        """Seconds until a worker would start a new job of `kind` from `client`."""
+        now, editor = time.time(), priority_of(kind) == "editor"
+        running = [
+            Slot(self._remaining(job, now), job.owner or "")
+            for job in (self.live.get(jid) for jid in self.running)
+            if job is not None
+        ]
+        ahead = [
+            Slot(self._estimate(job), job.owner or "")
+            for job, _, _ in self.waiting
+            if job.state == "queued" and (not editor or priority_of(job.kind) == "editor")
+        ]
+        ahead += [
+            Slot(t.seconds, t.client)
+            for t in self.tickets
+            if not editor or priority_of(t.kind) == "editor"
+        ]
+        return expected_start(running, ahead, client, self.n_workers, self.cap)
+
+    def _remaining(self, job: Job, now: float) -> float:
+        """Seconds a running job will still take: from its progress once it has some (a
+        job past its estimate is not about to end), else its estimate less what passed."""
+        elapsed, part = now - (job.started or now), job.fraction()
+        if part > 0.05:
+            return elapsed * (1 - part) / part
+        return max(0.0, self._estimate(job) - elapsed)
+
+    def _estimate(self, job: Job) -> float:
+        return self.times.estimate(job.kind, job.backend, job.audio_seconds)
+
+    def _release(self, ticket: Ticket) -> None:
+        if ticket in self.tickets:
+            self.tickets.remove(ticket)
+
+    def submit(self, job: Job, request_fields: dict, recipe: Any) -> Job:
+        """Queue the job in its admitted request's place (admission.TICKET); a job with
+        no ticket is admitted here, or refused with Problem 503 and Retry-After."""
+        ticket = TICKET.get()
+        if ticket is None or ticket.used:
+            try:
+                ticket = self.admit(job.kind, job.owner or "")
+            except Busy as busy:
+                self.metrics.refused.labels(job.kind, busy.reason).inc()
+                raise Problem(503, busy.detail, busy.headers) from None
+        ticket.done()
+        self.waiting.append((job, request_fields, recipe))
         self.live[job.id] = job
         self.records.save(job)
+        self.work.set()
         return job
 
-    def retry_after(self) -> int:
-        """Seconds until a queue slot is likely free: the recent mean job time per worker."""
-        mean = sum(self.stats.recent) / len(self.stats.recent) if self.stats.recent else 5.0
-        return max(1, math.ceil(mean * self.queue.qsize() / self.n_workers))
+    def request_ended(self) -> None:
+        """An admitted request's answer ended (admission.py): wakes a drain waiting on it."""
+        self.in_flight -= 1
+        task = asyncio.get_running_loop().create_task(self._notify())
+        self._pending.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._pending.discard)
+
+    def depth(self, priority: str | None = None) -> int:
+        """Jobs waiting for a worker (of one priority: "editor" or "background")."""
+        return sum(
+            job.state == "queued" and priority in (None, priority_of(job.kind))
+            for job, _, _ in self.waiting
+        )
 
     def get(self, job_id: str) -> Job | None:
         return self.live.get(job_id) or self.records.get(job_id)
@@ -128,13 +274,11 @@ class JobQueue:
         worker or a cancel never ends this loop (the worker is replaced instead)."""
         loop = asyncio.get_running_loop()
         while True:
-            job, request_fields, recipe = await self.queue.get()
-            if job.state != "queued":  # cancelled while it waited
-                continue
+            job, request_fields, recipe = await self._take(worker)
             job.state, job.started = "running", time.time()
+            self.metrics.queue_wait.labels(job.kind).observe(job.started - job.created)
             self.records.save(job)
             await self._notify()
-            self.running[job.id] = worker
             process = worker.process
             try:
                 await loop.run_in_executor(
@@ -148,11 +292,31 @@ class JobQueue:
                     )
             finally:
                 self.running.pop(job.id, None)
+                self.work.set()  # a client under its cap again may have work waiting
             # A cancel kills this job's worker; _follow can return (cancelled) before the
             # kill lands, so make sure of it here, on the process that ran the job.
             if job.state == "cancelled" or not process.is_alive():
                 await loop.run_in_executor(self.threads, worker.kill, process)
                 await self._restart(worker)
+
+    async def _take(self, worker: RenderWorker) -> Entry:
+        """The next job for `worker`, once there is one it may take (module doc)."""
+        while True:
+            entry = self._pick()
+            if entry is not None:
+                self.running[entry[0].id] = worker  # before any await: the cap counts it
+                return entry
+            self.work.clear()
+            await self.work.wait()
+
+    def _pick(self) -> Entry | None:
+        self.waiting = [e for e in self.waiting if e[0].state == "queued"]  # drop cancelled
+        held = Counter(job.owner for job in (self.live.get(j) for j in self.running) if job)
+        for priority in ("editor", "background"):
+            for i, (job, _, _) in enumerate(self.waiting):
+                if priority_of(job.kind) == priority and held[job.owner] < self.cap:
+                    return self.waiting.pop(i)
+        return None
 
     async def _restart(self, worker: RenderWorker) -> None:
         """Start a fresh worker process, retrying (with a pause) until one comes up."""
@@ -211,17 +375,41 @@ class JobQueue:
             remove(job.video)
             job.video = None
         else:
-            self.stats.render_seconds.append(job.total_seconds)
-            self.stats.recent.append(job.finished - (job.started or job.created))
-            if job.jit and job.jit_seconds:
-                self.stats.jit_seconds.append(job.jit_seconds)
-        self.stats.finished[state] = self.stats.finished.get(state, 0) + 1
+            self._measure(job)
+        self.metrics.renders.labels(state).inc()
         self.live.pop(job.id, None)
         self.records.save(job)
+        if state == "done" and self.retention.max_bytes is not None:
+            await asyncio.to_thread(self._retain, None)
         await self._notify()
 
-    async def sweep(self, retention_s: float, every_s: float, now: Callable[[], float]) -> None:
-        """Delete expired outputs every `every_s` seconds, for as long as the server runs."""
+    def _measure(self, job: Job) -> None:
+        """A finished job's figures: its service time (for admission) and the histograms."""
+        m = self.metrics
+        service = job.finished - (job.started or job.created)
+        m.render_seconds.observe(job.total_seconds)
+        jit = job.jit_seconds if job.jit and job.jit_seconds else 0.0
+        if job.jit:
+            m.jit.inc()
+            m.jit_seconds.observe(jit)
+        rendering = max(service - jit, 0.0)
+        self.times.record(job.kind, job.backend, rendering, job.audio_seconds)
+        if job.kind != "precompile" and job.audio_seconds and rendering > 0:
+            m.realtime_factor.labels(job.kind, job.backend).observe(job.audio_seconds / rendering)
+
+    async def sweep(self, now: Callable[[], float] = time.time) -> None:
+        """Apply the retention rules now and then (a tenth of --keep-videos, at least
+        every minute; the size cap is also checked as each video is finished), for as
+        long as the server runs."""
+        keep = self.retention
         while True:
-            self.records.expire(now() - retention_s)
-            await asyncio.sleep(every_s)
+            await asyncio.to_thread(self._retain, now())
+            await asyncio.sleep(min(60.0, max(keep.keep_s / 10, 0.2)))
+
+    def _retain(self, now: float | None) -> None:
+        """Apply the retention rules (by age unless `now` is None) and count what went."""
+        keep, m = self.retention, self.metrics
+        if now is not None:
+            m.expired.labels("age").inc(self.records.expire(now, keep.keep_s)[0])
+        if keep.max_bytes is not None:
+            m.expired.labels("size").inc(self.records.trim(keep.data, keep.max_bytes))

@@ -2,7 +2,9 @@
 
 A job is queued, running, then done, failed or cancelled. Its record survives restarts:
 at start, jobs a dead server left queued or running are marked failed with the reason.
-Outputs older than the retention period are deleted (the record stays, state expired).
+Retention (`expire`, `trim`): videos leave the disk after `--keep-videos` or, oldest first,
+when the data dir passes `--max-data-size`; their records say `expired` (410) for another
+keep period, then go too (404). Nothing the server writes here grows without bound.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from cachestore.atomic import temps_of
 from cachestore.flight import Holder
 
-FINISHED = ("done", "failed", "cancelled", "expired")
+FINISHED = ("done", "failed", "cancelled", "expired", "interrupted")
 CANCELLABLE = ("queued", "running")
 
 
@@ -79,10 +81,21 @@ class Job:
 COLUMNS = [f.name for f in fields(Job)]
 
 
+@dataclass(frozen=True)
+class Retention:
+    """How long videos stay (`--keep-videos`) and how much the data dir may hold
+    (`--max-data-size`, None: no cap); JobRecords.expire and trim apply them."""
+
+    keep_s: float
+    data: Path
+    max_bytes: int | None = None
+
+
 class JobRecords:
     """The jobs table, one SQLite file; safe to call from any thread."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -134,16 +147,63 @@ class JobRecords:
             self.save(job)
         return left
 
-    def expire(self, older_than: float) -> int:
-        """Delete the outputs of jobs finished before `older_than`; returns how many."""
+    def expire(self, now: float, keep_s: float) -> tuple[int, int]:
+        """Retention by age: the video of a job finished more than `keep_s` ago leaves
+        the disk and its record says `expired` (its video answers 410); a record finished
+        more than another `keep_s` ago, or a failed one (it has no video) more than
+        `keep_s` ago, is deleted (404). Returns (videos expired, records deleted)."""
         old = self._select(
-            "WHERE finished IS NOT NULL AND finished < ? AND video IS NOT NULL", (older_than,)
+            "WHERE finished IS NOT NULL AND finished < ? AND video IS NOT NULL", (now - keep_s,)
         )
         for job in old:
-            remove(job.video)
-            job.video, job.state = None, "expired" if job.state == "done" else job.state
-            self.save(job)
-        return len(old)
+            self._expire(job)
+        with self.lock:
+            gone = self.db.execute(
+                "DELETE FROM jobs WHERE finished IS NOT NULL AND "
+                "((state = 'expired' AND finished < ?) OR "
+                "(state NOT IN ('done', 'expired') AND finished < ?))",
+                (now - 2 * keep_s, now - keep_s),
+            ).rowcount
+        return len(old), gone
+
+    def trim(self, data: Path, max_bytes: int) -> int:
+        """Retention by size: while the data dir holds more than `max_bytes`, the oldest
+        finished video leaves the disk (record `expired`), but never the newest one, which
+        its client may be fetching now. Returns how many videos went."""
+        used = dir_bytes(data)
+        if used <= max_bytes:
+            return 0
+        done = self._select("WHERE state = 'done' AND video IS NOT NULL ORDER BY finished", ())
+        trimmed = 0
+        for job in done[:-1]:
+            if used <= max_bytes:
+                break
+            size = _size(job.video)
+            self._expire(job)
+            used -= size
+            trimmed += 1
+        return trimmed
+
+    def _expire(self, job: Job) -> None:
+        remove(job.video)
+        job.video, job.state = None, "expired" if job.state == "done" else job.state
+        self.save(job)
+
+
+def dir_bytes(folder: Path) -> int:
+    """Bytes of the files under `folder` (what its videos, uploads and records take)."""
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            total += _size(os.path.join(root, name))
+    return total
+
+
+def _size(path: str | os.PathLike | None) -> int:
+    try:
+        return os.stat(path).st_size if path else 0
+    except OSError:  # gone meanwhile
+        return 0
 
 
 def remove(*paths: str | None) -> None:
@@ -185,10 +245,10 @@ def claim_data_dir(data: Path) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, json.dumps(Holder.me().record()).encode(), 0)
     _CLAIMED[real] = fd
-    _sweep_orphans(data)
+    sweep_orphans(data)
 
 
-def _sweep_orphans(data: Path) -> None:
+def sweep_orphans(data: Path) -> None:
     """Files no live job owns: at start every upload is a dead server's, and so is every
     partial video (`.<id>.mp4.tmp-*`)."""
     for path in (data / "uploads").glob("*"):

@@ -121,6 +121,9 @@ def worker_main(conn: Any, parent: int, settings: dict[str, Any]) -> None:
     from cachestore.store import open_store
 
     store = open_store(settings["cache"], map_size=settings.get("map_size"))
+    from pipeline.render.video import warm_up
+
+    warm_up()  # the first request's first fragment then comes as the second's does
     conn.send(("ready", os.getpid()))
     for msg in messages(conn):
         job_id, kind, fields, recipe = msg

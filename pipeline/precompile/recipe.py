@@ -197,6 +197,18 @@ def for_backend(recipe: Recipe, backend: str, explicit: frozenset[str] = frozens
     return chosen
 
 
+SPEECH_MAX_FRAMES = 1500  # a speech clip's mouth bank reads up to 60 s at 25 fps
+
+
+def for_speech(recipe: Recipe) -> Recipe:
+    """The recipe a persona's talking footage (`speech.mp4`) precompiles its mouth bank
+    under: the recipe's, reading up to SPEECH_MAX_FRAMES frames (a loop's max_frames is
+    for a loop, not for a minute of reading aloud)."""
+    if recipe.max_frames == 0 or recipe.max_frames >= SPEECH_MAX_FRAMES:
+        return recipe
+    return recipe.replace(max_frames=SPEECH_MAX_FRAMES)
+
+
 def describe(recipe: Recipe) -> str:
     """One line naming the backends and rules a recipe precompiles with (for `resolve`)."""
     mask = f"bisenet ({recipe.parsing_mode})" if recipe.mask == "bisenet" else recipe.mask

@@ -74,13 +74,14 @@ def _repair_one(
             f"`hotplate precompile` makes the new content hot, gc removes the old avatar"
         )
     recipe = Recipe(**manifest["recipe"], models_dir=models_dir)
-    if plan(manifest["source_digest"], recipe).avatar != key:
+    bank = manifest.get("kind") == "bank"  # a mouth bank's record (its recipe as built)
+    if plan(manifest["source_digest"], recipe, bank).avatar != key:
         return CANNOT, (
             "the models it was made with are not in the models directory any more "
             "(other weights give another avatar)"
         )
     try:
-        precompile(source, recipe, store)
+        precompile(source, recipe, store, bank=bank)
     except (OSError, ValueError, RuntimeError, LookupError) as exc:
         return CANNOT, f"precompile failed: {exc}"
     return REBUILT, f"stages {', '.join(damaged)} rebuilt from {source}"

@@ -5,6 +5,14 @@ Steps, as ARCHITECTURE.md numbers them: 1. decode, 2. track, 3. landmarks, 4. cr
 hit does no work. Each stage's arrays and manifest land in one write transaction,
 the avatar manifest last, so a failure at any point leaves no manifest that names
 missing data.
+
+`precompile(..., bank=True)` makes a talking clip's mouth bank hot instead: decode,
+track, landmarks (shared with the clip's avatar, by key), then the bank stage, and a
+record of its own in the avatar table (`"kind": "bank"`) naming only the bank stage,
+so the clip's frames are not kept for it. `precompile_source` is what the watcher and
+the CLI call for a file: a still's avatar; a loop's avatar and, when it has an audio
+track, its bank (empty when that is not speech, so the question is asked once); a
+`speech.mp4`'s bank.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from pipeline.hot import hot_check
 from pipeline.precompile.plan import Plan, plan
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.stages import Progress, StageResult, StageRunner
+from pipeline.precompile.stages.bank import bank_stage
 from pipeline.precompile.stages.decode import decode_snapshot
 from pipeline.precompile.stages.latents import latents_stage
 from pipeline.precompile.stages.per_frame import PerFrameStages
@@ -72,8 +81,10 @@ def precompile(
     flight_wait: float = DEFAULT_WAIT,
     on_wait: Callable[[str], None] | None = None,
     lease: Lease | None = None,
+    bank: bool = False,
 ) -> PrecompileReport:
-    """Make the avatar for `path` under `recipe` hot in `store`; returns what was done.
+    """Make the avatar for `path` under `recipe` hot in `store` (`bank`: its mouth bank);
+    returns what was done.
 
     On a miss, one process at a time builds an avatar (`cachestore/flight.py`): a second
     caller waits up to `flight_wait` seconds, tells on_wait whom it waits for, then
@@ -89,7 +100,7 @@ def precompile(
     # 1. check inputs and plan every stage key
     check_inputs(path, recipe)
     digest = file_digest(store, path)
-    keys = plan(digest, recipe)
+    keys = plan(digest, recipe, bank)
     report = PrecompileReport(path, digest, keys.avatar)
     with contextlib.ExitStack() as held:
         if lease is None and not store.readonly:  # a read-only store has no gc to fear
@@ -104,7 +115,7 @@ def precompile(
                 f"run it as a user who can write there"
             )
         return _build_in_flight(
-            path, recipe, store, keys, report, force, progress, lease, on_wait, flight_wait
+            path, recipe, store, keys, report, force, progress, lease, on_wait, flight_wait, bank
         )
 
 
@@ -119,6 +130,7 @@ def _build_in_flight(
     lease: Lease,
     on_wait: Callable[[str], None] | None,
     flight_wait: float,
+    bank: bool = False,
 ) -> PrecompileReport:
     """Build under the flight lock of the avatar key that is built: when the snapshot
     shows the file changed since it was hashed, the lock moves to the new key (and a
@@ -145,8 +157,10 @@ def _build_in_flight(
         if not force and _hit(store, keys, report):
             return report
         lease.extend(keys.stages.values())  # gc keeps what this build writes
+        # a bank's record names its bank stage alone: that is what a pull may write
+        named = {"bank": keys.stages["bank"]} if bank else keys.stages
         if not force and (
-            got := pull_on_miss(store, keys.avatar, keys.stages, tell, progress, flight_wait)
+            got := pull_on_miss(store, keys.avatar, named, tell, progress, flight_wait)
         ):
             if _hit(store, keys, report):  # another node built it: pulled, verified, hot
                 report.pulled = got.seconds
@@ -155,7 +169,7 @@ def _build_in_flight(
             if (
                 snap_digest != keys.source_digest
             ):  # changed since it was hashed: build what was read
-                keys = plan(snap_digest, recipe)
+                keys = plan(snap_digest, recipe, bank)
                 report = PrecompileReport(path, snap_digest, keys.avatar)
                 lease.extend([keys.avatar, *keys.stages.values()])
                 flight.close()  # the old key's lock: this build is of another key now
@@ -165,7 +179,8 @@ def _build_in_flight(
             store.count("misses")
             for attempt in range(2):
                 try:
-                    report = _build(path, copy, recipe, store, keys, report, force, progress)
+                    build = _build_bank if bank else _build
+                    report = build(path, copy, recipe, store, keys, report, force, progress)
                     push_after_build(store, report.avatar, tell)  # never fails the build
                     return report
                 except MissingStageError:
@@ -203,6 +218,31 @@ def _hit(store: Store, keys: Plan, report: PrecompileReport) -> bool:
     return True
 
 
+def _first_stages(
+    run: StageRunner,
+    path: Path,
+    copy: Path,
+    recipe: Recipe,
+    store: Store,
+    progress: Progress,
+    keep_crops: bool = True,
+):
+    """Steps 2-4, which an avatar and a mouth bank share: (decode, frames, track,
+    per-frame stages, landmarks); `keep_crops`: make the crops in the landmarks pass."""
+    # 2. decode: every frame, encoded with the frame codec, so renders never open the source
+    decode = run.stage("decode", lambda: decode_snapshot(copy, path, recipe, progress))
+    frames = FrameSource(
+        store, decode.blobs, max(int(decode.meta["width"]), int(decode.meta["height"]))
+    )
+    # 3. track on proxies
+    track = run.stage("track", lambda: track_stage(path, recipe, frames, progress))
+    boxes = store.load_arrays(track.key)["boxes"]
+    # 4. landmarks (with crops and masks after it, one pass over the full frames)
+    per_frame = PerFrameStages(recipe, frames, boxes, progress, keep_crops=keep_crops)
+    lm = run.stage("landmarks", per_frame.landmarks)
+    return decode, frames, track, per_frame, lm
+
+
 def _build(
     path: Path,
     copy: Path,
@@ -214,18 +254,8 @@ def _build(
     progress: Progress,
 ) -> PrecompileReport:
     run = StageRunner(store, keys, report, force)
-    # 2. decode: every frame, encoded with the frame codec, so renders never open the source
-    decode = run.stage("decode", lambda: decode_snapshot(copy, path, recipe, progress))
+    decode, frames, track, per_frame, lm = _first_stages(run, path, copy, recipe, store, progress)
     n = int(decode.meta["frames"])
-    frames = FrameSource(
-        store, decode.blobs, max(int(decode.meta["width"]), int(decode.meta["height"]))
-    )
-    # 3. track on proxies
-    track = run.stage("track", lambda: track_stage(path, recipe, frames, progress))
-    boxes = store.load_arrays(track.key)["boxes"]
-    # 4-6. landmarks, crops and masks share one pass over the full frames
-    per_frame = PerFrameStages(recipe, frames, boxes, progress)
-    lm = run.stage("landmarks", per_frame.landmarks)
     crops = run.stage("crops", lambda: per_frame.crops(store.load_arrays(lm.key)["landmarks"]))
     run.stage(
         "masks",
@@ -258,3 +288,79 @@ def _build(
         },
     )
     return report
+
+
+def _build_bank(
+    path: Path,
+    copy: Path,
+    recipe: Recipe,
+    store: Store,
+    keys: Plan,
+    report: PrecompileReport,
+    force: bool,
+    progress: Progress,
+) -> PrecompileReport:
+    run = StageRunner(store, keys, report, force)
+    # 1-3. decode, track, landmarks: the same stages (by key) as the clip's avatar
+    decode, frames, track, _, lm = _first_stages(
+        run, path, copy, recipe, store, progress, keep_crops=False
+    )
+    n = int(decode.meta["frames"])
+    # 4. the bank, from the frames, the landmarks and the snapshot's own audio
+    bank = run.stage(
+        "bank",
+        lambda: bank_stage(
+            copy, frames, store.load_arrays(lm.key)["landmarks"], decode.meta["fps"], progress
+        ),
+    )
+    report.counts = {"frames": n, **track.meta.get("counts", {})}
+    # 5. its record, naming only the bank (the frames above are the clip's, not its)
+    store.put_avatar(
+        keys.avatar,
+        {
+            "kind": "bank",
+            "stages": {"bank": keys.stages["bank"]},
+            "source_digest": keys.source_digest,
+            "source": str(path),
+            "frames": n,
+            "fps": decode.meta["fps"],
+            "width": decode.meta["width"],
+            "height": decode.meta["height"],
+            "entries": int(bank.meta.get("entries", 0)),
+            "reason": bank.meta.get("reason", ""),
+            "speech_share": bank.meta.get("speech_share", 0.0),
+            "counts": report.counts,
+            "recipe": recipe.fields(),
+        },
+    )
+    return report
+
+
+def precompile_source(
+    path: str | Path, recipe: Recipe, store: Store, **options
+) -> tuple[PrecompileReport, PrecompileReport | None]:
+    """What a file in the personas folder needs hot: (the report whose key names the
+    file's row: its avatar, or a speech clip's bank; the bank's report of a loop, or
+    None). `options` are precompile's."""
+    from pipeline.media import is_still
+    from pipeline.personas import is_speech
+    from pipeline.precompile.recipe import for_speech
+
+    path = Path(path)
+    if is_speech(path):
+        return precompile(path, for_speech(recipe), store, bank=True, **options), None
+    report = precompile(path, recipe, store, **options)
+    if is_still(path) or not has_audio(path):  # a loop with no sound has nothing to say
+        return report, None
+    return report, precompile(path, recipe, store, bank=True, **options)
+
+
+def has_audio(path: Path) -> bool:
+    """Whether a video has an audio track (only its header is read)."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            return bool(container.streams.audio)
+    except (av.error.FFmpegError, OSError):
+        return False

@@ -102,16 +102,23 @@ def load_audio(path: str | Path, sr: int) -> np.ndarray:
     return samples.astype(np.float32, copy=False)
 
 
+def frame_bounds(n_samples: int, sr: int, fps: float) -> np.ndarray:
+    """(T + 1,) sample index where each video frame starts (and the last one ends):
+    frame t covers [t/fps, (t+1)/fps)."""
+    n = n_video_frames(n_samples / sr, fps)
+    return np.minimum(np.round(np.arange(n + 1) * (sr / fps)).astype(np.int64), n_samples)
+
+
 def frame_rms(samples: np.ndarray, sr: int, fps: float) -> np.ndarray:
     """RMS of the samples under each video frame; frame t covers [t/fps, (t+1)/fps)."""
-    n = n_video_frames(samples.size / sr, fps)
-    bounds = np.minimum(np.round(np.arange(n + 1) * (sr / fps)).astype(np.int64), samples.size)
-    rms = np.zeros(n, np.float32)
-    for t in range(n):
-        seg = samples[bounds[t] : bounds[t + 1]]
-        if seg.size:
-            rms[t] = math.sqrt(float(np.dot(seg, seg)) / seg.size)
-    return rms
+    samples = np.asarray(samples, np.float32)
+    bounds = frame_bounds(samples.size, sr, fps)
+    energy = np.concatenate([[0.0], np.cumsum(samples.astype(np.float64) ** 2)])
+    counts = np.diff(bounds)
+    sums = energy[bounds[1:]] - energy[bounds[:-1]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rms = np.where(counts > 0, np.sqrt(np.maximum(sums, 0.0) / np.maximum(counts, 1)), 0.0)
+    return rms.astype(np.float32)
 
 
 def loudness_envelope(
@@ -127,8 +134,8 @@ def loudness_envelope(
     Loudness is RMS in dB relative to a robust reference (the 95th percentile of the
     frames above the gate), so the mapping does not depend on recording level. Frames
     quieter than `gate_db` dBFS, or more than `range_db` below the reference, are 0
-    (closed mouth). `smooth` = (attack, release) time constants in seconds of a
-    one-pole follower: the mouth opens fast and closes a little slower, as it does.
+    (closed mouth). `smooth` = (attack, release) time constants in seconds: the mouth
+    opens fast and closes a little slower, as it does (`attack_release`).
     """
     rms = frame_rms(np.asarray(samples, np.float32), sr, fps)
     env = np.zeros(rms.shape, np.float32)
@@ -140,42 +147,76 @@ def loudness_envelope(
     ref = float(np.percentile(db[voiced], 95))
     env[voiced] = np.clip((db[voiced] - (ref - range_db)) / range_db, 0.0, 1.0)
     if smooth is not None:
-        env = _attack_release(env, fps, *smooth)
+        env = attack_release(env, fps, *smooth)
     return env
 
 
-def _attack_release(x: np.ndarray, fps: float, attack: float, release: float) -> np.ndarray:
-    a_up = 1.0 - math.exp(-1.0 / (fps * attack)) if attack > 0 else 1.0
-    a_down = 1.0 - math.exp(-1.0 / (fps * release)) if release > 0 else 1.0
-    out = np.empty_like(x)
-    y = 0.0
-    for i, v in enumerate(x.tolist()):
-        y += (a_up if v > y else a_down) * (v - y)
-        out[i] = y
-    return out
+def one_pole(x: np.ndarray, fps: float, tau: float, reverse: bool = False) -> np.ndarray:
+    """A one-pole low-pass (time constant `tau` seconds) over frames, as a convolution
+    with its impulse response cut where it falls under 1e-4: no loop over frames. The
+    start is held at x[0] (the filter's state starts there). `reverse` runs it backwards
+    in time (a look-ahead: each frame sees the ones after it)."""
+    x = np.asarray(x, np.float32)
+    if tau <= 0 or x.size == 0:
+        return x.copy()
+    a = 1.0 - math.exp(-1.0 / (fps * tau))
+    n = max(1, min(x.size, int(math.ceil(math.log(1e-4) / math.log(1.0 - a))) + 1))
+    kernel = a * (1.0 - a) ** np.arange(n)
+    src = x[::-1] if reverse else x
+    padded = np.concatenate([np.full(n - 1, src[0], np.float32), src])
+    # the first output equals the first input (state starts there), as the recursion had
+    out = np.convolve(padded, kernel / kernel.sum(), mode="valid")[: x.size].astype(np.float32)
+    return out[::-1].copy() if reverse else out
+
+
+def attack_release(x: np.ndarray, fps: float, attack: float, release: float) -> np.ndarray:
+    """Opens with the `attack` time constant and falls with the (slower) `release`: the
+    larger of the two low-passes, clipped to the input's peak (both vectorised)."""
+    x = np.asarray(x, np.float32)
+    fast, slow = one_pole(x, fps, attack), one_pole(x, fps, release)
+    return np.minimum(np.maximum(fast, slow), x.max(initial=0.0)).astype(np.float32)
 
 
 CENTROID_BAND = (80.0, 6000.0)  # Hz: voice harmonics; above, hiss and sibilants dominate
 
 
+def frame_spectra(samples: np.ndarray, sr: int, fps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Power spectrum of the samples under each video frame, Hann-windowed over the
+    frame's own samples (zero-padded to one FFT size for all): ((T, F) float32, (F,)
+    frequencies in Hz). One FFT call per block of frames, no loop per frame."""
+    samples = np.asarray(samples, np.float32)
+    bounds = frame_bounds(samples.size, sr, fps)
+    n = bounds.size - 1
+    length = max(8, int(round(sr / fps)))
+    nfft = 1 << int(math.ceil(math.log2(length)))
+    freqs = np.fft.rfftfreq(nfft, 1.0 / sr).astype(np.float32)
+    out = np.zeros((n, freqs.size), np.float32)
+    if n == 0:
+        return out, freqs
+    padded = np.concatenate([samples, np.zeros(length, np.float32)])
+    window = np.hanning(length).astype(np.float32)
+    valid = np.minimum(np.diff(bounds), length)
+    for b0 in range(0, n, 2048):  # blocks bound the memory of the index array
+        starts = bounds[b0 : min(b0 + 2048, n)]
+        idx = starts[:, None] + np.arange(length)[None, :]
+        seg = padded[idx] * window[None, :]
+        seg[np.arange(length)[None, :] >= valid[b0 : b0 + starts.size, None]] = (
+            0.0  # the last frame
+        )
+        out[b0 : b0 + starts.size] = np.abs(np.fft.rfft(seg, nfft, axis=1)) ** 2
+    return out, freqs
+
+
 def spectral_centroid(samples: np.ndarray, sr: int, fps: float) -> np.ndarray:
     """Spectral centroid (Hz) of the samples under each video frame, Hann-windowed,
     within CENTROID_BAND; 0 for a silent frame. (T,) float32, T = n_video_frames."""
-    samples = np.asarray(samples, np.float32)
-    n = n_video_frames(samples.size / sr, fps)
-    bounds = np.minimum(np.round(np.arange(n + 1) * (sr / fps)).astype(np.int64), samples.size)
-    out = np.zeros(n, np.float32)
-    for t in range(n):
-        seg = samples[bounds[t] : bounds[t + 1]]
-        if seg.size < 8:
-            continue
-        mag = np.abs(np.fft.rfft(seg * np.hanning(seg.size)))
-        freq = np.fft.rfftfreq(seg.size, 1.0 / sr)
-        band = (freq >= CENTROID_BAND[0]) & (freq <= CENTROID_BAND[1])
-        total = float(mag[band].sum())
-        if total > 0:
-            out[t] = float((freq[band] * mag[band]).sum()) / total
-    return out
+    power, freqs = frame_spectra(samples, sr, fps)
+    band = (freqs >= CENTROID_BAND[0]) & (freqs <= CENTROID_BAND[1])
+    mag = np.sqrt(power[:, band])
+    total = mag.sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        centroid = np.where(total > 0, (mag @ freqs[band]) / total, 0.0)
+    return centroid.astype(np.float32)
 
 
 def mouth_spread(
@@ -189,10 +230,10 @@ def mouth_spread(
     """Mouth shape per video frame, (T,) float32 in [-1, 1]: -1 rounded, +1 spread.
 
     The centroid of each voiced frame (louder than `gate_db` dBFS) is compared with the
-    clip's mean voiced centroid (geometric mean), in octaves: `octaves` below the median is fully
-    rounded, as far above fully spread, so a deep and a high voice both use the whole
-    range. Silent frames are 0. A one-pole smoother (`smooth` seconds, both ways) keeps
-    the shape from flickering at 25 fps.
+    clip's mean voiced centroid (geometric mean), in octaves: `octaves` below the mean is
+    fully rounded, as far above fully spread, so a deep and a high voice both use the
+    whole range. Silent frames are 0. A one-pole smoother (`smooth` seconds) keeps the
+    shape from flickering at 25 fps.
     """
     samples = np.asarray(samples, np.float32)
     centroid = spectral_centroid(samples, sr, fps)
@@ -204,12 +245,4 @@ def mouth_spread(
         return shape
     octave = np.log2(centroid[voiced])
     shape[voiced] = np.clip((octave - octave.mean()) / octaves, -1.0, 1.0)
-    if smooth <= 0:
-        return shape
-    a = 1.0 - math.exp(-1.0 / (fps * smooth))
-    out = np.empty_like(shape)
-    y = float(shape[0])
-    for i, v in enumerate(shape.tolist()):
-        y += a * (v - y)
-        out[i] = y
-    return out
+    return one_pole(shape, fps, smooth) if smooth > 0 else shape

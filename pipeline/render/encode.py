@@ -145,34 +145,50 @@ class Mp4Writer:
 
     def write(self, frame: np.ndarray) -> None:
         """Encode one (height, width, 3) uint8 RGB frame, and the audio under it."""
-        import cv2
+        from pipeline.yuv import frame_from_rgb
 
         if frame.shape != (self.height, self.width, 3) or frame.dtype != np.uint8:
             raise ValueError(
                 f"frame {frame.shape} {frame.dtype} does not match the video: "
                 f"expected ({self.height}, {self.width}, 3) uint8 RGB"
             )
-        self.write_yuv(cv2.cvtColor(frame[: self._h, : self._w], cv2.COLOR_RGB2YUV_I420))
+        self.write_frame(frame_from_rgb(frame[: self._h, : self._w]))
 
     def write_yuv(self, yuv: np.ndarray) -> None:
         """Encode one frame given as I420 planes, (h * 3 / 2, w) uint8 (BT.601 limited
         range, as cv2.COLOR_RGB2YUV_I420 makes them), and the audio under it."""
         import av
 
-        if self._container is None:
-            raise RuntimeError("Mp4Writer.write() called outside `with` / before open()")
         if yuv.shape != (self._h * 3 // 2, self._w) or yuv.dtype != np.uint8:
             raise ValueError(
                 f"I420 frame {yuv.shape} {yuv.dtype} does not match the video: "
                 f"expected ({self._h * 3 // 2}, {self._w}) uint8"
             )
-        vf = av.VideoFrame.from_ndarray(yuv, format="yuv420p")
+        self.write_frame(av.VideoFrame.from_ndarray(yuv, format="yuv420p"))
+
+    @property
+    def frame_size(self) -> tuple[int, int]:
+        """(width, height) of the frames `write_frame` takes: the video's, cropped to even."""
+        return self._w, self._h
+
+    def write_frame(self, vf) -> None:
+        """Encode one I420 `av.VideoFrame` (yuv420p, BT.601 limited range, `frame_size`;
+        pipeline/yuv.py) and the audio under it. The frame is not kept: x264 copies it,
+        so a frame shown again may be written again."""
+        from av.video.frame import PictureType
+
+        if self._container is None:
+            raise RuntimeError("Mp4Writer.write() called outside `with` / before open()")
+        if (vf.width, vf.height) != (self._w, self._h) or vf.format.name != "yuv420p":
+            raise ValueError(
+                f"frame {vf.width}x{vf.height} {vf.format.name} does not match the video: "
+                f"expected {self._w}x{self._h} yuv420p"
+            )
         vf.pts = self.frames_written
         vf.time_base = 1 / self.fps
-        if self._keyframe(self.frames_written):
-            from av.video.frame import PictureType
-
-            vf.pict_type = PictureType.I  # libx264 makes it an IDR (closed GOP)
+        # libx264 makes a forced I an IDR (closed GOP); a shared frame shown again must
+        # not carry the last one's type
+        vf.pict_type = PictureType.I if self._keyframe(self.frames_written) else PictureType.NONE
         self._container.mux(self._video.encode(vf))
         self.frames_written += 1
         if self.audio is not None:

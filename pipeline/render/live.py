@@ -109,6 +109,7 @@ def live_render(
     Three threads, as in render_video: stored frames are decoded ahead (their order is
     known before the audio is), this thread reads the input and renders, and one thread
     encodes; the queues between them are small, so memory does not grow with the input."""
+    from pipeline.render.compose import compose
     from pipeline.render.fmp4 import FragmentWriter
     from pipeline.render.renderers import load_renderer
     from pipeline.render.schedule import schedule
@@ -117,6 +118,8 @@ def live_render(
     sr = renderer.sample_rate
     out_fps = float(fps or renderer.fps or assets.fps)
     look = LOOKAHEAD.get(backend, 2)
+    if hasattr(renderer, "lookahead"):  # a renderer that can look further (whole files)
+        renderer.lookahead = look  # sees only what live has
     context = int(round(CONTEXT_SECONDS * out_fps))
     decoder = PcmDecoder(rate, channels, sr)
     report = LiveReport(fps=out_fps)
@@ -135,7 +138,6 @@ def live_render(
     )
     limit = int(max_seconds * out_fps) + 1
     pipe = _Pipeline(assets, schedule(limit, assets.n_frames, loop), writer)
-    render_owned = getattr(renderer, "render_owned", None)
     kept = np.zeros(0, np.float32)  # audio from sample `kept_from` on
     kept_from = 0
     done = 0  # frames rendered
@@ -156,15 +158,12 @@ def live_render(
         t1 = time.perf_counter()
         batch = max(1, int(renderer.batch_size))
         while done < stop:
-            items = [pipe.frame() for _ in range(done, min(stop, done + batch))]
+            size = batch if done else 1  # the first frame alone, as render_video does
+            items = [pipe.frame() for _ in range(done, min(stop, done + size))]
             ts = [t - w0 for t, _, _, _ in items]
             idxs = [i for _, i, _, _ in items]
             frames = [f for _, _, f, _ in items]
-            if render_owned is not None:
-                out = render_owned(ts, idxs, frames, [o for _, _, _, o in items])
-            else:
-                out = renderer.render_batch(ts, idxs, frames)
-            for frame in out:
+            for frame in compose(renderer, ts, idxs, frames, *writer.frame_size):
                 pipe.encode(("frame", frame))
             done += len(items)
         timings["prepare"] += t1 - t0
@@ -257,9 +256,9 @@ class _Pipeline:
         return run
 
     def _fetch(self) -> None:
-        from pipeline.frames import ScheduledFrames
+        from pipeline.frames import ScheduledFrames, yuv_loader
 
-        for item in ScheduledFrames(self.assets.load_frame, self.idxs):
+        for item in ScheduledFrames(yuv_loader(self.assets.load_frame), self.idxs):
             _put(self.fetched, item, self.stop)
 
     def _encode(self) -> None:
@@ -268,7 +267,7 @@ class _Pipeline:
             if kind == "audio":
                 self.writer.append_audio(value)
             else:
-                self.writer.write(value)
+                self.writer.write_frame(value)
 
     def _check(self) -> None:
         if self.errors:

@@ -52,26 +52,34 @@ def speech_weight(
     return rest_weight(quiet, fps, p)
 
 
+def quiet_runs(quiet: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of each run of True in a (T,) bool, ends exclusive."""
+    edges = np.diff(np.concatenate([[0], quiet.astype(np.int8), [0]]))
+    return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+
+
 def rest_weight(quiet: np.ndarray, fps: float, p: SilenceParams = DEFAULT) -> np.ndarray:
     """The weight for a (T,) bool of quiet frames (see the module's docstring)."""
+    quiet = np.asarray(quiet, bool)
     n = quiet.size
     w = np.ones(n, np.float32)
     run_min = max(1, int(round(p.min_silence * fps)))
     ramp = max(1, int(round(p.fade * fps)))
-    t = 0
-    while t < n:
-        if not quiet[t]:
-            t += 1
-            continue
-        end = t
-        while end < n and quiet[end]:
-            end += 1
-        if end - t >= run_min:
-            k = np.arange(t, end)
-            # down from the run's start, up again to reach 1 at `end` (speech resumes);
-            # a run at the clip's start or end has no speech on that side to fade from
-            down = np.clip((k - t + 1) / ramp, 0, 1) if t > 0 else np.ones(k.size)
-            up = np.clip((end - k) / ramp, 0, 1) if end < n else np.ones(k.size)
-            w[t:end] = (1.0 - np.minimum(down, up)).astype(np.float32)
-        t = end
+    starts, ends = quiet_runs(quiet)
+    long = ends - starts >= run_min
+    starts, ends = starts[long], ends[long]
+    if starts.size == 0:
+        return w
+    # each frame of a long run knows its run's start and end
+    run_of = np.cumsum(np.isin(np.arange(n), starts)) - 1
+    inside = np.zeros(n, bool)
+    for s0, e0 in zip(starts.tolist(), ends.tolist(), strict=True):  # one slice per run
+        inside[s0:e0] = True
+    k = np.flatnonzero(inside)
+    t, end = starts[run_of[k]], ends[run_of[k]]
+    # down from the run's start, up again to reach 1 at `end` (speech resumes); a run at
+    # the clip's start or end has no speech on that side to fade from
+    down = np.where(t > 0, np.clip((k - t + 1) / ramp, 0, 1), 1.0)
+    up = np.where(end < n, np.clip((end - k) / ramp, 0, 1), 1.0)
+    w[k] = (1.0 - np.minimum(down, up)).astype(np.float32)
     return w

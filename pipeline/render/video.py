@@ -1,9 +1,11 @@
 """Render a lip-synced MP4 from hot avatar assets and an audio file.
 
 `render_video` reads as numbered steps. Step 4 overlaps three kinds of work on
-three threads joined by small bounded queues: fetching stored frames, rendering,
-and encoding (OpenCV, NumPy, torch and PyAV release the GIL, so this uses more
-than one core). The queues bound memory: it does not grow with the audio length.
+three threads joined by small bounded queues: decoding stored frames to their I420
+planes, making and blending the mouth (render/compose.py), and encoding (FFmpeg's
+decoder, x264, OpenCV and NumPy release the GIL, so this uses both cores). Frames stay
+in I420 from the store to the encoder; only the mouth's rectangle passes through RGB.
+The queues bound memory: it does not grow with the audio length.
 """
 
 from __future__ import annotations
@@ -74,6 +76,40 @@ class RenderReport:
     def realtime_factor(self) -> float:
         """Seconds of video made per second of wall time (>= 1 is faster than real time)."""
         return self.audio_seconds / self.wall_seconds if self.wall_seconds > 0 else float("inf")
+
+
+def _return_freed_frames() -> None:
+    """glibc keeps freed multi-megabyte blocks (frames, once one was freed) in each
+    thread's heap instead of giving them back; in a worker that renders job after job the
+    three render threads' heaps then hold hundreds of MB. A fixed mmap threshold makes
+    every block of 1 MiB or more its own mapping, returned when freed (bench_hot_path: a
+    stream's peak +160 MB instead of +330 MB over the worker's own). Other libcs: nothing."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
+def warm_up() -> None:
+    """Pay once what a process's first render would: importing the render modules, cv2
+    and PyAV's codecs, loading libx264 and FFmpeg's JPEG decoder (a render worker calls
+    this before it says it is ready, so the first request's first fragment comes as soon
+    as the second's); and have freed frames returned to the system, for a process that
+    renders one job after another (`_return_freed_frames`)."""
+    import numpy as np
+
+    from pipeline.media import decode_yuv, encode_frame
+    from pipeline.render import compose, fmp4  # noqa: F401 - imported for their cost
+    from pipeline.render.renderers import warp  # noqa: F401
+
+    _return_freed_frames()
+    frame = decode_yuv(encode_frame(np.full((64, 64, 3), 128, np.uint8)))
+    with fmp4.FragmentWriter(lambda kind, data: None, 64, 64, 25.0) as writer:
+        writer.write_frame(frame)
 
 
 def check_inputs(
@@ -187,30 +223,52 @@ def _streaming_writer(
     flushed as each is made, so a reader of the file sees whole segments appear)."""
     from pipeline.render.fmp4 import FragmentWriter
 
+    tee = _FileTee(out_path, sink)
+
     class _Tee(FragmentWriter):
         def open(self) -> None:
-            self._file = open(out_path, "wb")  # noqa: SIM115 - closed in close/abort
+            tee.open()
             super().open()
 
         def close(self) -> None:
             try:
                 super().close()
             finally:
-                self._file.close()
+                tee.close()
 
         def abort(self) -> None:
             super().abort()
-            if getattr(self, "_file", None) is not None:
-                self._file.close()
+            if tee.close():
                 out_path.unlink(missing_ok=True)
 
-    def both(kind: str, data: bytes) -> None:
-        writer._file.write(data)
-        writer._file.flush()
-        sink(kind, data)
+    return _Tee(tee, assets.width, assets.height, fps, audio=audio, sample_rate=sr)
 
-    writer = _Tee(both, assets.width, assets.height, fps, audio=audio, sample_rate=sr)
-    return writer
+
+class _FileTee:
+    """The sink of a streaming writer: each segment to the file, then to `sink`. It holds
+    no reference to the writer: a cycle (writer -> its box splitter -> sink -> writer)
+    kept each finished stream's encoder, x264's threads and buffers with it, until the
+    cyclic garbage collector ran (8 threads and ~2.5 MB a stream, found by bench_load's
+    soak)."""
+
+    def __init__(self, path: Path, sink: FragmentSink) -> None:
+        self.path, self.sink, self.file = path, sink, None
+
+    def open(self) -> None:
+        self.file = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+
+    def __call__(self, kind: str, data: bytes) -> None:
+        self.file.write(data)
+        self.file.flush()
+        self.sink(kind, data)
+
+    def close(self) -> bool:
+        """Close the file; returns whether it was open."""
+        if self.file is None:
+            return False
+        self.file.close()
+        self.file = None
+        return True
 
 
 class _Stop(Exception):
@@ -248,13 +306,15 @@ def _run_pipeline(
 ) -> float | None:
     """Run the three stages; returns when the first frame reached the encoder.
 
-    Fetch decodes each stored frame once per reuse (pipeline.frames.ScheduledFrames,
-    `cache_bytes` of decoded frames kept); a renderer with `render_owned` draws into the
-    frames nobody else holds instead of copying them."""
+    Fetch decodes each stored frame to its I420 planes once per reuse
+    (pipeline.frames.ScheduledFrames, `cache_bytes` of decoded frames kept); this thread
+    makes the mouths and blends them into copies of those planes (render/compose.py);
+    the encode thread hands them to x264. FFmpeg's decoder and x264 release the GIL."""
     from pipeline.frames import CACHE_BYTES
+    from pipeline.render.compose import compose
 
     cache_bytes = CACHE_BYTES if cache_bytes is None else cache_bytes
-    render_owned = getattr(renderer, "render_owned", None)
+    width, height = writer.frame_size
     batch = max(1, int(renderer.batch_size))
     fetched: queue.Queue = queue.Queue(maxsize=batch + 2)
     rendered: queue.Queue = queue.Queue(maxsize=batch + 2)
@@ -275,15 +335,15 @@ def _run_pipeline(
         return run
 
     def fetch() -> None:
-        from pipeline.frames import ScheduledFrames
+        from pipeline.frames import ScheduledFrames, yuv_loader
 
-        for item in ScheduledFrames(assets.load_frame, idxs, cache_bytes):
+        for item in ScheduledFrames(yuv_loader(assets.load_frame), idxs, cache_bytes):
             _put(fetched, item, stop)
         _put(fetched, _DONE, stop)
 
     def encode() -> None:
         while (frame := _get(rendered, stop)) is not _DONE:
-            writer.write(frame)
+            writer.write_frame(frame)
             if not first:
                 first.append(time.perf_counter())
 
@@ -298,19 +358,17 @@ def _run_pipeline(
         ended = False
         while not ended:
             items = []
-            while len(items) < batch:
+            # the first frame alone: it reaches the encoder (and the first fragment the
+            # client) without waiting for the rest of a batch to be made
+            while len(items) < (batch if done else 1):
                 item = _get(fetched, stop)
                 if item is _DONE:
                     ended = True
                     break
                 items.append(item)
             if items:
-                ts, ii, frames, owned = (list(v) for v in zip(*items, strict=True))
-                if render_owned is not None:
-                    outs = render_owned(ts, ii, frames, owned)
-                else:
-                    outs = renderer.render_batch(ts, ii, frames)
-                for out in outs:
+                ts, ii, frames, _ = (list(v) for v in zip(*items, strict=True))
+                for out in compose(renderer, ts, ii, frames, width, height):
                     _put(rendered, out, stop)
                 done += len(items)
                 if progress is not None:

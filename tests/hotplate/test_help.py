@@ -50,7 +50,7 @@ def test_serve_and_watch_defaults_are_the_dataclasses_own():
         assert serve["workers"].get_default(ctx) == ServeConfig.workers
         assert serve["queue_size"].get_default(ctx) == ServeConfig.queue_size
         assert serve["max_upload_mb"].get_default(ctx) * 1e6 == ServeConfig.max_upload_bytes
-        assert serve["retention_hours"].get_default(ctx) == ServeConfig.retention_hours
+        assert serve["keep_videos"].get_default(ctx) == ServeConfig.keep_videos
     watch = {p.name: p for p in cli.commands["watch"].params}
     with click.Context(cli.commands["watch"]) as ctx:
         for name in ("settle", "rescan", "workers", "retries", "backoff", "job_timeout"):

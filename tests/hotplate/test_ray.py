@@ -9,6 +9,8 @@ this machine on 127.0.0.1, one CPU each), each node with its own store
 - four concurrent cold precompiles, two pinned to each node, make one build;
 - `hotplate sync --ray`'s tasks push what they build;
 - a replica killed mid-request gives the client an error, not a hang;
+- SIGTERM to `hotplate serve --ray` drains: a render queued on a replica finishes whole
+  (Serve's graceful shutdown, then the app's lifespan) before the app is gone;
 - the whole job API (status, events, video, DELETE, the list, a stream's job) and signed
   URLs work whichever replica answers, and the page works against the deployment in
   Chromium;
@@ -141,8 +143,8 @@ def served(cluster):
             break
         assert time.monotonic() < deadline, (root / "serve.log").read_text()[-3000:]
         time.sleep(0.5)
-    yield {**cluster, "url": url}
-    proc.send_signal(signal.SIGINT)  # the CLI takes its app down
+    yield {**cluster, "url": url, "proc": proc}
+    proc.send_signal(signal.SIGINT)  # the CLI takes its app down (if no test did)
     proc.wait(timeout=120)
 
 
@@ -478,3 +480,29 @@ def ready(url: str) -> bool:
         return httpx.get(url + "/readyz", timeout=30).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_sigterm_drains_the_replicas_a_queued_render_finishes_whole(served):
+    """Last in the module: it takes the app down."""
+    root, url, proc = served["root"], served["url"], served["proc"]
+    with open(root / "long.wav", "rb") as f:
+        queued = httpx.post(
+            url + "/v1/renders",
+            data={"persona": "astro", "attire": "studio"},
+            files={"audio": ("long.wav", f, "audio/wav")},
+            headers=AUTH,
+            timeout=300,
+        )
+    assert queued.status_code == 202, queued.text
+    job_id = queued.json()["id"]
+    proc.send_signal(signal.SIGTERM)  # Serve stops the replicas gracefully
+    assert proc.wait(timeout=300) == 0, (root / "serve.log").read_text()[-3000:]
+    import sqlite3
+
+    found = []
+    for db in root.glob("node*-serve/replica-*/jobs.sqlite"):
+        with sqlite3.connect(db) as c:
+            found += c.execute("SELECT state, video FROM jobs WHERE id = ?", (job_id,)).fetchall()
+    assert len(found) == 1, found
+    state, video = found[0]
+    assert state == "done" and video and Path(video).stat().st_size > 0, found

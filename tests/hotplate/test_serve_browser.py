@@ -68,3 +68,44 @@ def test_pick_a_persona_upload_a_wav_and_the_video_plays(server, tmp_path):
         browser.close()
     assert errors == []
     assert (tmp_path / "studio.png").stat().st_size > 10_000
+
+
+def test_a_busy_server_shows_retry_in_n_s_and_the_page_retries_by_itself(server, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    root = server.root
+    wav = speech(tmp_path / "line.wav", AUDIO_SECONDS)
+    long = speech(tmp_path / "long.wav", 30.0, seed=1)
+    args = ("--workers", "1", "--max-wait", "0.5s", "--data", str(tmp_path / "jobs"))
+    with Server(root, *args) as busy, busy.client() as c:
+        with open(long, "rb") as f:
+            held = c.post(
+                "/v1/renders",
+                data={"persona": "astro", "attire": "navy"},
+                files={"audio": ("long.wav", f, "audio/wav")},
+            ).json()
+        wait_state(c, held["id"], ("running",))
+        chromium = ["--no-sandbox"] if os.geteuid() == 0 else []
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=chromium, headless=True)
+            page = browser.new_page(viewport={"width": 1360, "height": 980})
+            errors = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(busy.url + "/")
+            page.get_by_test_id("card-astro-navy").click()
+            page.set_input_files("#audio", str(wav))
+            page.uncheck("#stream")
+            page.click("#render")
+            page.wait_for_function(
+                "() => /^busy, retry in \\d+ s$/.test(document.getElementById('busy').textContent)",
+                timeout=120_000,
+            )
+            assert c.delete(f"/v1/renders/{held['id']}").status_code == 200  # the worker frees
+            page.wait_for_function(  # the page sent it again by itself, and it was admitted
+                "() => document.getElementById('player').readyState >= 2", timeout=240_000
+            )
+            assert page.is_hidden("#busy") and page.inner_text("#error") == ""
+            browser.close()
+        assert errors == []
+        kinds = [(r["kind"], r["state"]) for r in c.get("/v1/renders").json()["renders"]]
+        assert kinds.count(("render", "done")) == 1  # the refusal made no job, the retry one

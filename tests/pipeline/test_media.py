@@ -263,9 +263,39 @@ def test_frame_codec_round_trip(small_frames):
         assert out.shape == frame[0].shape and out.dtype == np.uint8
         assert psnr(out, frame[0]) > 40
         assert np.abs(out.astype(int) - frame[0]).max() < 40
-    assert media.FRAME_CODEC == "jpeg-q95-444"
+    assert media.FRAME_CODEC == "i420-jpeg-q95" and media.is_i420(data)
     png = encode_frame(small_frames[0], codec="png-1")
     np.testing.assert_array_equal(decode_frame(png), small_frames[0])  # lossless, read by magic
+
+
+@pytest.mark.parametrize("size", [(180, 320), (181, 321), (1, 1), (3, 2)])
+def test_i420_frames_are_the_encoders_planes(size):
+    """The stored planes are cv2's I420 of the frame (what the encoder used to be given),
+    within the JPEG's rounding, at odd sizes too; FFmpeg reads them as limited-range
+    yuv420p, and the older format still decodes."""
+    from pipeline.yuv import i420_of_rgb, planes, to_rgb
+
+    w, h = size
+    frame = synthetic.render_frame(synthetic.loop_params(1, (w, h))[0], (w, h))
+    legacy = encode_frame(frame, codec="jpeg-q95-444")
+    assert not media.is_i420(legacy)
+    assert psnr(decode_frame(legacy), frame) > 35
+    for data in (encode_frame(frame), legacy):
+        stored = media.decode_yuv(data)
+        assert (stored.width, stored.height, stored.format.name) == (w, h, "yuv420p")
+        for got, want in zip(planes(stored), i420_of_rgb(frame), strict=True):
+            assert got.shape == want.shape
+            assert np.abs(got.astype(int) - want).mean() < 3  # JPEG q95 rounding
+        assert to_rgb(stored).shape == frame.shape
+        assert psnr(to_rgb(stored), frame) > 30  # what I420 keeps of RGB
+
+
+def test_i420_proxy_decodes_reduced():
+    frame = synthetic.render_frame(synthetic.loop_params(1)[0])
+    proxy, scale = media.decode_proxy(encode_frame(frame), 1920, 480)
+    want, want_scale = make_proxy(frame, 480)
+    assert proxy.shape == want.shape and scale == pytest.approx(want_scale)
+    assert psnr(proxy, want) > 30
 
 
 def test_frame_codec_rejects_bad_input():

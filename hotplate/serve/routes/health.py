@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
 from hotplate.serve.deps import Config, Svc
-from hotplate.serve.metrics import render_metrics
+from hotplate.serve.metrics import MEDIA_TYPE
 
 router = APIRouter(tags=["health"])
 
@@ -19,16 +19,23 @@ def healthz(config: Config) -> dict:
 
 @router.get("/readyz")
 def readyz(svc: Svc) -> JSONResponse:
-    """Ready when every render worker has started and the store opens. Open to anyone
-    (a probe sends no token), so it says how many, never which processes."""
-    ready = svc.queue.ready and all(w.process.is_alive() for w in svc.queue.workers)
-    body = {"ready": ready, "workers": len(svc.queue.workers), "queued": svc.queue.queue.qsize()}
+    """Ready when every render worker has started and the store opens; not ready while
+    the server drains (after SIGTERM), so a load balancer sends new work elsewhere. Open
+    to anyone (a probe sends no token), so it says how many, never which processes."""
+    queue = svc.queue
+    draining = queue.draining_until is not None
+    ready = queue.ready and not draining and all(w.process.is_alive() for w in queue.workers)
+    body = {
+        "ready": ready,
+        "draining": draining,
+        "workers": len(queue.workers),
+        "queued": queue.depth(),
+        "running": len(queue.running),
+    }
     return JSONResponse(body, status_code=200 if ready else 503)
 
 
 @router.get("/metrics", response_class=Response)
 def metrics(svc: Svc) -> Response:
-    return Response(
-        render_metrics(svc.queue, svc.store),
-        media_type="text/plain; version=0.0.4; charset=utf-8",
-    )
+    """Prometheus text format (see hotplate/serve/metrics.py for the families)."""
+    return Response(svc.metrics.render(), media_type=MEDIA_TYPE)

@@ -147,7 +147,9 @@ def render_video(svc: Svc, caller: Caller, job_id: str) -> FileResponse:
     job = job_or_404(svc, job_id)
     if job.state == "expired":
         raise Problem(
-            410, f"render {job_id} is older than the retention period; its video was deleted"
+            410,
+            f"render {job_id} expired (kept for --keep-videos, or the data dir was full); "
+            "its video was deleted",
         )
     if job.state != "done" or not job.video or not Path(job.video).is_file():
         raise Problem(409, f"render {job_id} is {job.state}; it has no video")

@@ -150,9 +150,14 @@ async def lip_sync_stream(
     gone = ["the client went away"]  # why the render stops if the body ends early
 
     async def body():
+        first = True
         try:
             async with contextlib.aclosing(_segments(svc, job)) as segments:
                 async for seg in segments:
+                    if first and seg[4:8] == b"moof":
+                        first = False
+                        seconds = time.time() - job.created
+                        svc.metrics.first_fragment.labels("stream").observe(seconds)
                     yield seg
         finally:
             if job.state not in FINISHED:  # the client went away: stop the render
@@ -260,7 +265,7 @@ async def live(ws: WebSocket) -> None:
         try:
             job = svc.queue.submit(new, fields, svc.recipe_for_backend(backend))
         except Problem as exc:  # the queue is full: try again later (RFC 6455's 1013)
-            raise LiveError(TRY_LATER if exc.status == 429 else INTERNAL, exc.detail) from None
+            raise LiveError(TRY_LATER if exc.status == 503 else INTERNAL, exc.detail) from None
         rate = Pace(fields["sample_rate"] * fields["channels"] * 2, started)
         limit = min(svc.config.max_upload_bytes, int(svc.config.max_audio_seconds * rate.per_s))
         # the whole session: its audio limit at real time, plus the render's tail
@@ -442,6 +447,9 @@ async def _send(ws: WebSocket, svc: Service, job: Job, timings: dict) -> None:
                     POLICY, f"the client read nothing for {SEND_TIMEOUT:g} s; dropped"
                 ) from None
             if seg[4:8] == b"moof":
+                if "first_fragment" not in timings and "first_audio" in timings:
+                    seconds = time.perf_counter() - timings["first_audio"]
+                    svc.metrics.first_fragment.labels("live").observe(seconds)
                 timings.setdefault("first_fragment", time.perf_counter())
                 timings["frames"] = timings.get("frames", 0) + fragment_samples(seg)
                 timings["fragments"] = timings.get("fragments", 0) + 1

@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { catalog: [], persona: null, attire: null, job: null, events: null, tokenRequired: false };
+const state = { catalog: [], persona: null, attire: null, job: null, events: null, tokenRequired: false, retry: null };
 
 // -- the token: asked for once (on the first 401), kept for this tab only ----------------
 
@@ -60,6 +60,36 @@ async function problemText(response) {
 function showError(text) {
   $("error").textContent = text || "";
   $("error").classList.toggle("hidden", !text);
+}
+
+// -- busy: a 503 with Retry-After (or a live session closed 1013) is shown as a countdown,
+// then the request is sent again by itself; Cancel stops the wait
+
+function showBusy(left) {
+  $("busy").textContent = left > 0 ? `busy, retry in ${left} s` : "";
+  $("busy").classList.toggle("hidden", !(left > 0));
+}
+
+// resolves true once `seconds` have passed, false when Cancel was pressed first
+function countdown(seconds) {
+  return new Promise((resolve) => {
+    let left = Math.max(1, Math.round(seconds));
+    const end = (again) => { clearInterval(timer); state.retry = null; showBusy(0); updateButtons(); resolve(again); };
+    const timer = setInterval(() => { left -= 1; if (left <= 0) end(true); else showBusy(left); }, 1000);
+    state.retry = { cancel: () => end(false) };
+    showBusy(left);
+    updateButtons();
+  });
+}
+
+// POST work (a render, a stream, a precompile); a busy server's 503 is waited out and sent again
+async function postWork(url, form) {
+  for (;;) {
+    const response = await api(url, { method: "POST", body: form });
+    const after = parseInt(response.headers.get("Retry-After") || "", 10);
+    if (response.status !== 503 || !(after > 0)) return response;
+    if (!(await countdown(after))) return null;
+  }
 }
 
 function el(tag, attrs = {}, ...children) {
@@ -164,7 +194,7 @@ function fillMotions() {
 }
 
 function updateButtons() {
-  const busy = state.job !== null;
+  const busy = state.job !== null || state.retry !== null;
   $("render").disabled = busy || !state.persona || !$("audio").files.length;
   $("precompile").disabled = busy || !state.persona;
   $("live").disabled = (busy && !live.mic) || !state.persona;
@@ -223,7 +253,8 @@ async function submitRender(event) {
   if ($("backend").value) form.append("backend", $("backend").value);
   form.append("audio", $("audio").files[0]);
   if ($("stream").checked && window.MediaSource) return streamRender(form);
-  const response = await api("/v1/renders", { method: "POST", body: form });
+  const response = await postWork("/v1/renders", form);
+  if (!response) return;
   if (!response.ok) return showError(await problemText(response));
   follow(await response.json(), play);
 }
@@ -234,12 +265,14 @@ async function precompile() {
   form.append("persona", state.persona);
   form.append("attire", $("attire").value);
   if ($("motion").value) form.append("motion", $("motion").value);
-  const response = await api("/v1/precompile", { method: "POST", body: form });
+  const response = await postWork("/v1/precompile", form);
+  if (!response) return;
   if (!response.ok) return showError(await problemText(response));
   follow(await response.json(), () => { $("timings").textContent = "now hot"; });
 }
 
 async function cancel() {
+  if (state.retry) return state.retry.cancel();
   if (!state.job) return;
   await api(`/v1/renders/${state.job.id}`, { method: "DELETE" });
 }
@@ -350,7 +383,8 @@ function concat(parts) {
 async function streamRender(form) {
   const player = new MsePlayer($("player"), "render");
   const started = performance.now();
-  const response = await api("/v1/lip-sync/stream", { method: "POST", body: form });
+  const response = await postWork("/v1/lip-sync/stream", form);
+  if (!response) return;
   if (!response.ok) return showError(await problemText(response));
   const id = response.headers.get("X-Hotplate-Job");
   // JIT progress on a miss (and render progress) comes on the job's SSE channel
@@ -381,7 +415,7 @@ function showTimings(job) {
 
 // -- live: the microphone over /v1/live ---------------------------------------------------
 
-const live = { ws: null, ctx: null, mic: null, node: null };
+const live = { ws: null, ctx: null, mic: null, node: null, retryAfter: null };
 
 async function startLive() {
   showError("");
@@ -424,10 +458,20 @@ async function startLive() {
     }
     const msg = JSON.parse(e.data);
     window.hotplateStream.final = msg;
-    if (msg.type === "error") showError(`live: ${msg.detail}`);
+    if (msg.type === "error" && msg.retry_after) live.retryAfter = msg.retry_after;
+    else if (msg.type === "error") showError(`live: ${msg.detail}`);
     else $("stream-state").textContent = `live done: ${msg.frames} frames · first fragment ${Number(msg.first_fragment_seconds || 0).toFixed(2)} s after the first audio · end lag ${Number(msg.end_lag_seconds || 0).toFixed(2)} s`;
   };
-  ws.onclose = () => { player.end(); stopMic(); loadRenders(); };
+  ws.onclose = async (e) => {
+    player.end();
+    stopMic();
+    loadRenders();
+    if (e.code === 1013) { // busy at the handshake: wait as it says, then go live again
+      const after = live.retryAfter || 5;
+      live.retryAfter = null;
+      if (await countdown(after)) startLive();
+    }
+  };
 }
 
 function stopMic() {

@@ -1,4 +1,5 @@
-"""Stage 1, decode: every frame of the source, encoded with the frame codec."""
+"""Stage 1, decode: every frame of the source, encoded with the frame codec (the I420
+planes the encoder takes, in a JPEG: pipeline/media.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def decode_snapshot(copy: Path, path: Path, recipe: Recipe, progress: Progress):
 
 
 def decode_stage(path: Path, recipe: Recipe, progress: Progress):
-    from pipeline.media import encode_frame, iter_frames, probe
+    from pipeline.media import FRAME_CODEC, encode_frame, iter_frames, probe
 
     info = probe(path)
     total = (
@@ -49,5 +50,6 @@ def decode_stage(path: Path, recipe: Recipe, progress: Progress):
         "fps": float(info.fps or 25.0),
         "width": int(width),
         "height": int(height),
+        "frame_codec": FRAME_CODEC,
     }
     return arrays, meta

@@ -23,8 +23,12 @@ class PerFrameStages:
         frames: FrameSource,
         boxes: np.ndarray,
         progress: Progress,
+        keep_crops: bool = True,
     ) -> None:
+        """`keep_crops`: make the crops in the landmarks pass (False for a mouth bank,
+        which needs none: 60 s of crops are 300 MB)."""
         self.recipe, self.frames, self.boxes, self.progress = recipe, frames, boxes, progress
+        self.keep_crops = keep_crops
         self._crops: tuple[np.ndarray, np.ndarray] | None = None
 
     def landmarks(self):
@@ -45,14 +49,16 @@ class PerFrameStages:
         out = np.zeros((n, 68, 2), np.float32)
         dense = getattr(model, "mesh_points", 0)  # a mesh backend: its mesh is stored too
         mesh = np.zeros((n, dense, 3), np.float32)
-        self._crops = self._empty_crops(n)
+        if self.keep_crops:
+            self._crops = self._empty_crops(n)
         for i, frame in enumerate(self.frames.each()):
             if dense:
                 mesh[i] = model.predict_mesh(frame, self.boxes[i])
                 out[i] = mesh_to_68(mesh[i])
             else:
                 out[i] = model.predict(frame, self.boxes[i])
-            self._crop_one(i, frame, out[i])
+            if self.keep_crops:
+                self._crop_one(i, frame, out[i])
             self.progress("landmarks", i + 1, n)
         return ({"landmarks": out, "mesh": mesh} if dense else {"landmarks": out}), {}
 

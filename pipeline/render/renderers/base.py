@@ -8,11 +8,28 @@ A renderer redraws the mouth region of stored frames for the audio. `render_vide
 3. `render_batch(ts, idxs, frames)` for consecutive batches of output frames.
 
 Renderers never modify the frames they are given; `blend` returns a new frame.
+
+**The mouth rectangle** (`render_patches`, optional; warp has it). Only the mouth region
+of a frame changes, so a renderer may hand back just that: for output frame t showing
+stored frame idx (the full stored frame, read-only, RGB uint8), a `MouthPatch` (a box
+inside the frame and the final pixels there, already blended through the stored mask)
+or None where the frame is shown as stored (silence, no face). Everything outside the
+box is the stored frame, bit for bit. The render loop pastes it (`paste`) into a frame
+it owns, or converts just that rectangle into whatever frame format it encodes; it
+never needs a renderer's copy of the whole frame. `render_batch` and `render_owned`
+are `paste` over `render_patches`.
+
+**What it reads** (`mouth_source`, with `render_patches`: `MouthRenderer`). The hot path
+keeps frames in I420 from the store to the encoder (render/compose.py); a renderer that
+names the rectangle of the stored frame its patch reads and covers gets only that
+rectangle converted to RGB (the `frames` it is given are valid there alone), and its
+patch alone is converted back. A renderer without it gets whole RGB frames.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -36,6 +53,39 @@ class Renderer(Protocol):
         self, ts: Sequence[int], idxs: Sequence[int], frames: Sequence[np.ndarray]
     ) -> list[np.ndarray]:
         """Output frames ts (showing stored frames idxs, given as `frames`) -> full frames."""
+
+
+@dataclass(frozen=True)
+class MouthPatch:
+    """The pixels a renderer changed in one frame: `pixels` (y2 - y1, x2 - x1, 3) uint8
+    are what the output frame holds inside `box` = (x1, y1, x2, y2), which lies inside
+    the frame; outside it the output is the stored frame."""
+
+    box: tuple[int, int, int, int]
+    pixels: np.ndarray
+
+
+def paste(frame: np.ndarray, patch: MouthPatch | None, inplace: bool = False) -> np.ndarray:
+    """`frame` with `patch` written into it: into `frame` itself when `inplace` (the
+    caller owns it), else into a copy. None leaves the frame as it is."""
+    out = frame if inplace else frame.copy()
+    if patch is not None:
+        x1, y1, x2, y2 = patch.box
+        out[y1:y2, x1:x2] = patch.pixels
+    return out
+
+
+@runtime_checkable
+class MouthRenderer(Protocol):
+    def mouth_source(self, t: int, idx: int) -> tuple[int, int, int, int] | None:
+        """The box [x1, y1, x2, y2] (inside the frame) of stored frame idx that output
+        frame t's patch reads and covers, or None when frame t has no patch."""
+
+    def render_patches(
+        self, ts: Sequence[int], idxs: Sequence[int], frames: Sequence[np.ndarray]
+    ) -> list[MouthPatch | None]:
+        """Each output frame's `MouthPatch` (or None), reading `frames` (RGB uint8, full
+        size) only inside its `mouth_source`."""
 
 
 def fit_mask(mask: np.ndarray, box: Sequence[int]) -> np.ndarray:

@@ -2,8 +2,9 @@
 
 For output frame t showing stored frame i:
 
-1. openness o (loudness envelope, 0 = closed) and shape r (spectral centroid: -1
-   rounded "oo", +1 spread "ee") of the audio at the video rate;
+1. openness o (0 = closed) and shape r (-1 rounded "oo", +1 spread "ee") of the audio
+   at the video rate, with the lips shut for p, b and m and co-articulation over a few
+   frames either side (`pipeline/render/mouth/drive.py`);
 2. move the stored landmarks of frame i in the face's own axes (eye line across, its
    normal down): jaw (4-12) and lower lip down by o x a fraction of the lower-face
    height, upper lip a little up; mouth corners in by o x r for rounding, out for
@@ -16,8 +17,14 @@ For output frame t showing stored frame i:
 4. inside the mouth, the upper half of what the stored frame shows between the lips
    (the upper teeth, if they show) moves with the upper lip and the lower half with
    the lower lip, without stretching; only the gap that opens between them, the part
-   of the mouth the stored frame does not show, is drawn as a dark mouth interior;
-5. blend back through the stored mask.
+   of the mouth the stored frame does not show, is drawn: a procedural interior
+   (cavity shaded by depth, tongue, a hint of the lower teeth, upper teeth unless the
+   stored frame shows its own; `pipeline/render/mouth/interior.py`) with soft edges;
+5. blend back through the stored mask, into the mouth rectangle only (`MouthPatch`).
+
+When the persona has a mouth bank (`assets.bank`: footage of the presenter talking),
+the mouth comes from there instead: the presenter's own mouths, chosen for the speech
+and warped onto the frame (`pipeline/render/mouth/from_bank.py`).
 
 During silence longer than `silence.min_silence` the openness fades to 0 and stays
 there (the stored, closed pose), and is back before speech resumes
@@ -36,16 +43,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.assets import AvatarAssets
-from pipeline.render.audio import loudness_envelope, mouth_spread
-from pipeline.render.renderers.base import blend, fit_mask
+from pipeline.render.mouth.drive import LOOKAHEAD, mouth_drive
+from pipeline.render.mouth.interior import Style, paint
+from pipeline.render.renderers.base import MouthPatch, blend, fit_mask, paste
 from pipeline.render.silence import DEFAULT as DEFAULT_SILENCE
-from pipeline.render.silence import SilenceParams, speech_weight
+from pipeline.render.silence import SilenceParams
 
 # Landmark moves at openness 1, as fractions of the lower-face height (nose 33 to
 # chin 8), along the face's down axis (positive is down). Jaw and lip taper to the sides.
 JAW_DROP = 0.16
-LIP_DROP = 0.19
-UPPER_RAISE = 0.03
+LIP_DROP = 0.24
+UPPER_RAISE = 0.07
 CORNER_DROP = 0.06
 MOVES: dict[int, float] = {
     **{
@@ -86,8 +94,6 @@ UPPER_SIDE = (*range(0, 4), *range(13, 17), *range(27, 36), 49, 50, 51, 52, 53, 
 ACROSS_MOUTH = 0.05  # weight of a landmark across the lip line, in the mouth's middle
 UPPER_INNER = (60, 61, 62, 63, 64)  # inner lip lines, corner to corner
 LOWER_INNER = (60, 67, 66, 65, 64)
-MOUTH_TOP_RGB = np.array([38, 14, 18], np.float32)  # the opened gap: dark at the top ...
-MOUTH_BOTTOM_RGB = np.array([112, 46, 52], np.float32)  # ... the tongue's red at the bottom
 UPPER_SHARE = 0.75  # of what shows between the stored lips, the part that moves with the
 # upper lip: in a smile or a half-open mouth the upper teeth show most
 MOUTH_EDGE = 0.02  # softness of the gap's edges, x lower-face height
@@ -97,6 +103,7 @@ MOUTH_EDGE = 0.02  # softness of the gap's edges, x lower-face height
 class _Plan:
     """What frame i needs, computed once: where to work and the unit displacements."""
 
+    idx: int  # the stored frame
     box: tuple[int, int, int, int]  # work region in frame coords: mask > 0, in frame
     src: tuple[int, int, int, int]  # source patch the remap reads (box + margin)
     field: np.ndarray  # (gh, gw, 2) float32 displacement at openness 1, coarse
@@ -119,36 +126,46 @@ class WarpRenderer:
     sample_rate = 48000  # loudness works at any rate; 48 kHz keeps the output audio intact
     batch_size = 4
 
-    def __init__(self, silence: SilenceParams | None = DEFAULT_SILENCE) -> None:
-        """`silence`: when the mouth rests (None: it follows the audio throughout)."""
+    def __init__(
+        self, silence: SilenceParams | None = DEFAULT_SILENCE, lookahead: int = LOOKAHEAD
+    ) -> None:
+        """`silence`: when the mouth rests (None: it follows the audio throughout);
+        `lookahead`: frames of audio after a frame that shape it (live renders set 1)."""
         self.silence = silence
+        self.lookahead = lookahead
         self._assets: AvatarAssets | None = None
         self._open = np.zeros(0, np.float32)
         self._shape = np.zeros(0, np.float32)
         self._plans: dict[int, _Plan | None] = {}
+        self._styles: dict[int, Style] = {}
+        self._bank = None  # BankMouths when the assets carry a bank
 
-    # 1. audio -> openness and shape per output frame
+    # 1. audio -> openness and shape per output frame (and bank entries, with a bank)
     def prepare(
         self, assets: AvatarAssets, audio: np.ndarray, sr: int, n_out: int, fps: float
     ) -> None:
-        env = _steady(loudness_envelope(audio, sr, fps))
-        spread = _steady(mouth_spread(audio, sr, fps))
-        if self.silence is not None:
-            rest = speech_weight(audio, sr, fps, self.silence)[: env.size]
-            env = env * rest
-        self._open = np.zeros(n_out, np.float32)
-        self._open[: min(n_out, env.size)] = env[:n_out]
-        self._shape = np.zeros(n_out, np.float32)
-        self._shape[: min(n_out, spread.size)] = spread[:n_out]
+        drive = mouth_drive(audio, sr, fps, n_out, self.lookahead, self.silence)
+        self._open, self._shape = drive.open, drive.spread
         if assets is not self._assets:  # plans depend on the stored frames only
-            self._plans = {}
+            self._plans, self._styles = {}, {}
         self._assets = assets
+        self._bank = None
+        if getattr(assets, "bank", None) is not None:
+            from pipeline.render.mouth.from_bank import BankMouths
+
+            self._bank = BankMouths(assets, assets.bank, audio, sr, fps, drive, self.silence)
 
     def openness(self) -> np.ndarray:
         return self._open
 
     def shape(self) -> np.ndarray:
         return self._shape
+
+    def render_patches(
+        self, ts: Sequence[int], idxs: Sequence[int], frames: Sequence[np.ndarray]
+    ) -> list[MouthPatch | None]:
+        """The mouth rectangle of each output frame (base.py: `MouthPatch`)."""
+        return [self.patch(t, i, f) for t, i, f in zip(ts, idxs, frames, strict=True)]
 
     def render_batch(
         self, ts: Sequence[int], idxs: Sequence[int], frames: Sequence[np.ndarray]
@@ -170,20 +187,56 @@ class WarpRenderer:
         ]
 
     def render(self, t: int, idx: int, frame: np.ndarray, inplace: bool = False) -> np.ndarray:
+        return paste(frame, self.patch(t, idx, frame), inplace)
+
+    def mouth_source(self, t: int, idx: int) -> tuple[int, int, int, int] | None:
+        """The rectangle of stored frame idx that `patch(t, idx, ...)` reads and covers
+        (base.py: `MouthRenderer`), or None when it returns None: the hot path converts
+        only this rectangle of the stored I420 frame to RGB."""
         if self._assets is None:
             raise RuntimeError("WarpRenderer.render() before prepare()")
+        if self._bank is not None:
+            return self._bank.source(t, int(idx))
+        o = float(self._open[t]) if t < self._open.size else 0.0
+        plan = self._plan(int(idx))
+        if plan is None or o <= 1e-3:
+            return None
+        # the remap's source, and the lips Style.of reads for the interior's colours
+        lips = np.asarray(self._assets.landmarks[idx], np.float32)[48:60]
+        if not np.isfinite(lips).all():
+            return plan.src
+        a = self._assets
+        x1, y1 = (np.floor(lips.min(0)).astype(int) - 2).tolist()
+        x2, y2 = (np.ceil(lips.max(0)).astype(int) + 3).tolist()
+        sx1, sy1, sx2, sy2 = plan.src
+        return (
+            max(min(sx1, x1), 0),
+            max(min(sy1, y1), 0),
+            min(max(sx2, x2), a.width),
+            min(max(sy2, y2), a.height),
+        )
+
+    def patch(self, t: int, idx: int, frame: np.ndarray) -> MouthPatch | None:
+        """Output frame t's mouth rectangle, drawn over stored frame idx (`frame`, which
+        is only read); None: the stored frame is shown as it is."""
+        if self._assets is None:
+            raise RuntimeError("WarpRenderer.render() before prepare()")
+        if self._bank is not None:
+            return self._bank.patch(t, int(idx), frame)
         o = float(self._open[t]) if t < self._open.size else 0.0
         r = float(self._shape[t]) if t < self._shape.size else 0.0
         plan = self._plan(int(idx))
         if plan is None or o <= 1e-3:
-            return frame if inplace else frame.copy()
+            return None
         region = self._warp(frame, plan, o, r)
         a = self._assets
         mbox = a.mask_boxes[idx]
         mask = fit_mask(a.masks[idx], mbox)
         x1, y1, x2, y2 = plan.box
         mask = mask[y1 - mbox[1] : y2 - mbox[1], x1 - mbox[0] : x2 - mbox[0]]
-        return blend(frame, region, plan.box, mask, plan.box, out=frame if inplace else None)
+        w, h = x2 - x1, y2 - y1
+        pixels = blend(frame[y1:y2, x1:x2], region, (0, 0, w, h), mask, (0, 0, w, h))
+        return MouthPatch(plan.box, pixels)
 
     # 2-3. the displacement fields of frame i (they scale linearly)
     def _plan(self, idx: int) -> _Plan | None:
@@ -191,7 +244,12 @@ class WarpRenderer:
             self._plans[idx] = _make_plan(self._assets, idx)
         return self._plans[idx]
 
-    # 3-4. remap the work region; teeth move with the lips, the new gap is dark
+    def _style(self, idx: int, frame: np.ndarray) -> Style:
+        if idx not in self._styles:
+            self._styles[idx] = Style.of(frame, np.asarray(self._assets.landmarks[idx]))
+        return self._styles[idx]
+
+    # 3-4. remap the work region; teeth move with the lips, the new gap is painted
     def _warp(self, frame: np.ndarray, plan: _Plan, o: float, r: float) -> np.ndarray:
         import cv2
 
@@ -202,7 +260,8 @@ class WarpRenderer:
         # Backward map: output pixel p reads the source at p - o * d(p).
         map_x = field[..., 0] * -o + np.arange(x1 - sx1, x2 - sx1, dtype=np.float32)[None, :]
         map_y = field[..., 1] * -o + np.arange(y1 - sy1, y2 - sy1, dtype=np.float32)[:, None]
-        gap = _mouth_interior(plan, o, r, map_x, map_y, (x1, y1), (sx1, sy1))
+        style = self._style(plan.idx, frame)
+        gap = _mouth_interior(plan, o, r, map_x, map_y, (x1, y1), (sx1, sy1), style)
         src = frame[sy1:sy2, sx1:sx2]
         out = cv2.remap(src, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         if gap is not None:
@@ -211,16 +270,6 @@ class WarpRenderer:
             a = alpha[..., None]
             out[gy1:gy2, gx1:gx2] = (patch + a * (colour - patch) + 0.5).astype(np.uint8)
         return out
-
-
-def _steady(x: np.ndarray) -> np.ndarray:
-    """A centred [1, 2, 1] / 4 filter over video frames: the envelope's attack is shorter
-    than a frame at 25 fps, and a mouth that snaps open in one frame looks cut; the
-    whole audio is known, so the filter can look one frame ahead."""
-    if x.size < 3:
-        return x.astype(np.float32)
-    padded = np.concatenate([x[:1], x, x[-1:]]).astype(np.float32)
-    return (0.25 * padded[:-2] + 0.5 * padded[1:-1] + 0.25 * padded[2:]).astype(np.float32)
 
 
 def _face_axes(lm: np.ndarray) -> np.ndarray:
@@ -284,27 +333,35 @@ def _make_plan(assets: AvatarAssets, idx: int) -> _Plan | None:
     grid = np.stack(np.meshgrid(gx, gy), axis=-1).reshape(-1, 2)
     inner = lm[60:68]
 
-    def field_of(moves_face: np.ndarray, pts: np.ndarray) -> np.ndarray:
+    def field_of(
+        moves_face: np.ndarray, pts: np.ndarray, sides: np.ndarray | None = None
+    ) -> np.ndarray:
         disp = np.zeros((ctrl.shape[0], 2), np.float32)
         disp[: moving.size] = (moves_face @ axes) * scale  # face axes -> frame pixels
         d2 = ((pts[:, None, :] - ctrl[None, :, :]) ** 2).sum(-1)
         wts = np.exp(-d2 / (2.0 * (SIGMA * scale) ** 2))
         side, middle = side_of(pts)
+        if sides is not None:  # points on the line itself: their side is known
+            side = np.where(sides != 0, sides, side).astype(np.float32)
         across = (side[:, None] * ctrl_side[None, :]) < 0
         wts *= np.where(across, 1.0 - (1.0 - ACROSS_MOUTH) * middle[:, None], 1.0)
         return ((wts @ disp) / (wts.sum(1, keepdims=True) + STAY)).astype(np.float32)
 
     # The inner lip points move as the field moves them (to first order, p -> p + d(p)),
     # not by their control moves: the Gaussian field does not interpolate exactly, and
-    # the mouth interior must meet the warped lips.
+    # the mouth interior must meet the warped lips. On a closed mouth the upper and the
+    # lower inner lip lie on the line that splits the field, so each is told its side
+    # (the pixels just above and below the seam move with their own lip).
+    inner_sides = np.array([0, -1, -1, -1, 0, 1, 1, 1], np.float32)
     return _Plan(
+        idx=idx,
         box=(x1, y1, x2, y2),
         src=src,
         field=field_of(open_moves, grid).reshape(gh, gw, 2),
         shape_field=field_of(shape_moves, grid).reshape(gh, gw, 2),
         inner=inner,
-        inner_move=field_of(open_moves, inner),
-        inner_shape_move=field_of(shape_moves, inner),
+        inner_move=field_of(open_moves, inner, inner_sides),
+        inner_shape_move=field_of(shape_moves, inner, inner_sides),
         origin=origin,
         axes=axes,
         scale=scale,
@@ -357,6 +414,7 @@ def _mouth_interior(
     map_y: np.ndarray,
     origin: tuple[int, int],
     src_origin: tuple[int, int],
+    style: Style,
 ) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray] | None:
     """Rewrite map_x/map_y (in place) between the moved inner lips so the stored
     interior moves rigidly with the lips; return the opened gap as (box in region
@@ -420,6 +478,9 @@ def _mouth_interior(
 
     # Soft on all sides; the across taper keeps the corners from showing a hard tip.
     alpha = soft(pb - gap_top) * soft(gap_bottom - pb) * np.clip(height / edge, 0.0, 1.0)
-    depth = np.clip((pb - gap_top) / np.maximum(height, 1e-3), 0.0, 1.0)[..., None]
-    colour = MOUTH_TOP_RGB + depth * (MOUTH_BOTTOM_RGB - MOUTH_TOP_RGB)
-    return (bx1, by1, bx2, by2), alpha.astype(np.float32), colour.astype(np.float32)
+    # gap coordinates: u across from corner (-1) to corner (+1), v down the gap (0 to 1)
+    centre, half = (nu_a[0] + nu_a[-1]) / 2, max((nu_a[-1] - nu_a[0]) / 2, 1.0)
+    u = np.clip((pa - centre) / half, -1.0, 1.0)
+    v = np.clip((pb - gap_top) / np.maximum(height, 1e-3), 0.0, 1.0)
+    colour = paint(u, v, height, style, plan.scale)
+    return (bx1, by1, bx2, by2), alpha.astype(np.float32), colour

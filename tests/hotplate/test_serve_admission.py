@@ -1,0 +1,193 @@
+"""Admission instead of an endless queue: a burst gets whole MP4s or 503s with
+Retry-After (refused before a byte of the body is read), a live session busy at its
+handshake closes with 1013, one client holds at most --max-per-client workers, and an
+editor's render goes before a queued precompile. Real server processes on loopback;
+every wait is for a job's state, never a clock."""
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from hotplate.serve.admission import Slot, expected_start
+from tests.hotplate.serve_helpers import (
+    Server,
+    assert_problem,
+    make_world,
+    mp4_facts,
+    post_render,
+    speech,
+    wait_state,
+)
+from tests.hotplate.stream_helpers import live_connect
+
+TOKENS = ("editor-a-token", "editor-b-token")
+
+
+def test_expected_start_plays_the_queue_forward():
+    # two workers, both busy: the new job starts when the first of them frees up
+    assert expected_start([Slot(5, "a"), Slot(3, "b")], [], "c", 2, 2) == 3
+    # ahead of it, a 4 s job takes that worker: the next one frees at 5
+    assert expected_start([Slot(5, "a"), Slot(3, "b")], [Slot(4, "a")], "c", 2, 2) == 5
+    # a client at its cap waits for its own job, even with a worker free
+    assert expected_start([Slot(5, "a")], [], "a", 2, 1) == 5
+    assert expected_start([Slot(5, "a")], [], "b", 2, 1) == 0
+    # a capped job ahead does not hold back another client's
+    assert expected_start([Slot(5, "a")], [Slot(9, "a")], "b", 2, 1) == 0
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = make_world(tmp_path_factory.mktemp("admission"), attires=("studio", "navy"))
+    speech(root / "four.wav", 4.0)
+    speech(root / "long.wav", 120.0, seed=1)  # outlasts the test's steps; it is cancelled
+    return root
+
+
+def answers_of(srv: Server, wav, n: int) -> list[httpx.Response]:
+    """`n` POST /v1/lip-sync sent at the same moment, each on its own connection."""
+    barrier, out = threading.Barrier(n), [None] * n
+
+    def one(i: int) -> None:
+        with srv.client() as c:
+            barrier.wait()
+            out[i] = post_render(c, "/v1/lip-sync", wav)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def idle(c: httpx.Client, timeout: float = 300.0) -> None:
+    """Until nothing waits or runs (the server's own count)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready = c.get("/readyz").json()
+        if ready["queued"] == 0 and ready["running"] == 0:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the queue never drained: {ready}")
+
+
+@pytest.mark.slow
+def test_a_burst_gets_whole_mp4s_or_503s_and_a_retry_after_its_retry_after_is_admitted(
+    world, tmp_path
+):
+    with Server(world, "--workers", "1", "--max-wait", "0.2s") as srv, srv.client() as c:
+        # one render first: the service time a refusal's Retry-After is estimated from
+        assert post_render(c, "/v1/lip-sync", world / "four.wav").status_code == 200
+        answers = answers_of(srv, world / "four.wav", 6)
+        refused = [a for a in answers if a.status_code == 503]
+        whole = [a for a in answers if a.status_code == 200]
+        assert len(refused) + len(whole) == 6, [a.status_code for a in answers]
+        assert whole and refused
+        for answer in whole:
+            facts = mp4_facts(answer.content, tmp_path / "whole.mp4")
+            assert facts["video"] == "h264" and facts["audio"] == "aac"
+            assert abs(facts["seconds"] - 4.0) < 0.2
+        for answer in refused:
+            assert_problem(answer, 503, "busy", "--max-wait", "retry in")
+            assert int(answer.headers["retry-after"]) >= 1
+        metrics = c.get("/metrics").text
+        assert (
+            f'hotplate_requests_refused_total{{kind="render",reason="busy"}} {len(refused)}.0'
+            in metrics
+        )
+
+        # back after its Retry-After, once the queue has drained: admitted
+        refused_at = time.monotonic()
+        idle(c)
+        wait = int(refused[0].headers["retry-after"]) - (time.monotonic() - refused_at)
+        time.sleep(max(0.0, wait))  # the protocol's own wait, not a test of timing
+        again = post_render(c, "/v1/lip-sync", world / "four.wav")
+        assert again.status_code == 200 and again.content[4:8] == b"ftyp"
+
+
+def raw_post_headers_only(port: int, length: int) -> bytes:
+    """A POST /v1/lip-sync that declares a body and sends none: its answer must come
+    without the server reading anything."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        s.sendall(
+            b"POST /v1/lip-sync HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: multipart/form-data; boundary=x\r\n"
+            + f"Content-Length: {length}\r\n\r\n".encode()
+        )
+        data = b""
+        while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+@pytest.mark.slow
+def test_busy_refuses_before_reading_the_body_and_live_closes_1013(world, tmp_path):
+    args = ("--workers", "1", "--max-wait", "1s", "--data", str(tmp_path / "jobs"))
+    with Server(world, *args) as srv, srv.client() as c:
+        long = post_render(c, "/v1/renders", world / "long.wav").json()
+        wait_state(c, long["id"], ("running",))
+        # the estimate for a 120 s clip (no render measured yet: one second per second)
+        answer = raw_post_headers_only(srv.port, 20_000_000)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503"), head
+        assert b"retry-after:" in head.lower() and b"problem+json" in head
+        assert "busy" in json.loads(body)["detail"]
+
+        from websockets.exceptions import ConnectionClosed
+
+        ws = live_connect(srv.url)
+        try:
+            message = json.loads(ws.recv(timeout=60))
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=60)
+        finally:
+            ws.close()
+        assert closed.value.rcvd.code == 1013 and "retry in" in closed.value.rcvd.reason
+        assert message["type"] == "error" and message["retry_after"] >= 1
+        # neither refusal made a job
+        assert [r["id"] for r in c.get("/v1/renders").json()["renders"]] == [long["id"]]
+        assert c.delete(f"/v1/renders/{long['id']}").status_code == 200
+
+
+@pytest.mark.slow
+def test_one_client_holds_at_most_max_per_client_workers(world, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("\n".join(TOKENS) + "\n")
+    args = ("--workers", "2", "--max-per-client", "1", "--max-wait", "off")
+    args += ("--token-file", str(tokens))
+    with Server(world, *args) as srv, srv.client() as a, srv.client() as b:
+        a.headers["Authorization"] = f"Bearer {TOKENS[0]}"
+        b.headers["Authorization"] = f"Bearer {TOKENS[1]}"
+        a1 = post_render(a, "/v1/renders", world / "long.wav").json()
+        wait_state(a, a1["id"], ("running",))
+        a2 = post_render(a, "/v1/renders", world / "four.wav").json()
+        b1 = post_render(b, "/v1/renders", world / "four.wav").json()
+        # a worker is free, but a2 waits for a's own job: b's render takes the worker
+        wait_state(b, b1["id"], ("running", "done"))
+        assert a.delete(f"/v1/renders/{a1['id']}").status_code == 200
+        jobs = {j["id"]: wait_state(a, j["id"], ("done", "cancelled")) for j in (a1, a2, b1)}
+        assert jobs[a2["id"]]["state"] == jobs[b1["id"]]["state"] == "done"
+        assert jobs[a2["id"]]["started"] >= jobs[a1["id"]]["finished"]
+        assert jobs[b1["id"]]["started"] < jobs[a1["id"]]["finished"]
+
+
+@pytest.mark.slow
+def test_an_editors_render_goes_before_a_queued_precompile(world):
+    with Server(world, "--workers", "1", "--max-wait", "off") as srv, srv.client() as c:
+        busy = post_render(c, "/v1/renders", world / "long.wav").json()
+        wait_state(c, busy["id"], ("running",))
+        pre = c.post("/v1/precompile", data={"persona": "astro", "attire": "navy"}).json()
+        render = post_render(c, "/v1/renders", world / "four.wav").json()
+        assert c.get(f"/v1/renders/{pre['id']}").json()["state"] == "queued"
+        assert c.delete(f"/v1/renders/{busy['id']}").status_code == 200
+        done = {j["id"]: wait_state(c, j["id"], ("done", "failed")) for j in (pre, render)}
+        assert done[render["id"]]["state"] == done[pre["id"]]["state"] == "done"
+        # one worker: the render, queued after the precompile, ran first
+        assert done[render["id"]]["finished"] <= done[pre["id"]]["started"]
