@@ -45,11 +45,35 @@ def private_attributes(tree: ast.AST) -> list[tuple[int, str]]:
     ]
 
 
+def packages(tree: ast.AST) -> set[str]:
+    """The top-level names of every module imported, the project's or not."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
 @pytest.fixture(autouse=True)
 def bench_on_path(monkeypatch):
     """As a bench run as a script sees it: bench/ (for `harness`) and the checkout."""
     monkeypatch.syspath_prepend(str(ROOT))
     monkeypatch.syspath_prepend(str(BENCH))
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_what_a_bench_imports_is_installed(path):
+    """CI installs the dev extra and nothing else: a package a bench needs belongs there."""
+    import importlib.util
+
+    missing = sorted(
+        name
+        for name in packages(ast.parse(path.read_text(), str(path)))
+        if importlib.util.find_spec(name) is None
+    )
+    assert missing == [], f"{path.name} imports {missing}: add them to pyproject's dev extra"
 
 
 def test_every_bench_is_checked():
