@@ -104,8 +104,7 @@ def test_flipped_masks_byte_fails_no_jit_in_one_line_then_render_rebuilds(world)
     assert fixed.returncode == 0, fixed.stderr
     assert "JIT precompile" in fixed.stdout
     assert frames_of(world / "fixed.mp4") == 25
-    # 5 stages and the avatar, and the loop's mouth bank (empty: it does not talk) and its record
-    assert verify(open_store(world / "cache", readonly=True)) == (8, [])
+    assert verify(open_store(world / "cache", readonly=True)) == (6, [])
     forget_store(world / "cache")
 
 
@@ -128,8 +127,7 @@ def test_any_damaged_blob_is_rebuilt_by_precompile_and_the_render_is_valid(
     again = hotplate(world, "precompile", str(world / "personas" / "astro" / "studio.mp4"))
     assert again.returncode == 0, again.stderr
     assert f"rebuilt damaged {stage}" in again.stdout
-    # 5 stages and the avatar, and the loop's mouth bank (empty: it does not talk) and its record
-    assert verify(open_store(world / "cache", readonly=True)) == (8, [])
+    assert verify(open_store(world / "cache", readonly=True)) == (6, [])
     forget_store(world / "cache")
 
     out = render(world, world / "out.mp4", "--no-jit")
@@ -172,8 +170,7 @@ def test_damaged_latents_are_rebuilt_alone_and_musetalk_renders(world):
     assert "JIT precompile" in out.stdout and frames_of(world / "out.mp4") == 25
     store = open_store(world / "cache")
     try:
-        # 6 stages (all but latents shared), 2 avatars, the loop's empty bank and its record
-        assert verify(store) == (10, [])
+        assert verify(store) == (8, [])  # 6 stages (all but latents shared), 2 avatars
         assert precompile(source, recipe, store).hit
         after = created_times(store, avatar)
         assert [n for n in after if after[n] != before[n]] == ["latents"]  # rebuilt alone
