@@ -47,9 +47,44 @@ test *ARGS: setup
 test-slow: setup
     {{py}} -m pytest -q -ra -m slow
 
-# print benchmark figures (ratios measured side by side; nothing asserted)
+# every bench, one JSON of figures each in bench/results/ (git ignores it); nothing asserted
 bench: setup
-    for b in bench/bench_*.py; do echo "== $b"; {{py}} "$b"; done
+    #!/usr/bin/env bash
+    set -uo pipefail
+    mkdir -p bench/results
+    failed=()
+    for b in bench/bench_*.py; do
+        name=$(basename "$b" .py); name=${name#bench_}
+        rm -f "bench/results/$name.json"  # a bench that fails leaves no stale figures behind
+        echo "== $b"
+        {{py}} "$b" --json "bench/results/$name.json" || failed+=("$name")
+    done
+    if [ ${#failed[@]} -gt 0 ]; then echo "bench: failed: ${failed[*]}" >&2; exit 1; fi
+    echo "bench: results in bench/results/; \`just bench-tables\` puts them in README.md"
+
+# every bench with --quick (same code paths, small inputs; CI's smoke run): fails if any fails
+bench-quick: setup
+    #!/usr/bin/env bash
+    set -uo pipefail
+    mkdir -p bench/results/quick
+    echo "bench-quick: load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+    began=$(date +%s%N); failed=(); times=()
+    for b in bench/bench_*.py; do
+        name=$(basename "$b" .py); name=${name#bench_}
+        t=$(date +%s%N)
+        timeout 300 {{py}} "$b" --quick --json "bench/results/quick/$name.json"; rc=$?
+        s=$(( ($(date +%s%N) - t) / 1000000 ))
+        times+=("$(printf '%-14s %6d.%01d s  rc %d' "$name" $((s / 1000)) $((s % 1000 / 100)) $rc)")
+        [ $rc -eq 0 ] || failed+=("$name")
+    done
+    total=$(( ($(date +%s%N) - began) / 1000000000 ))
+    printf 'bench-quick: %s\n' "${times[@]}"
+    echo "bench-quick: ${#times[@]} benches in ${total} s, load average $(cut -d' ' -f1-3 /proc/loadavg) at end"
+    if [ ${#failed[@]} -gt 0 ]; then echo "bench-quick: failed: ${failed[*]}" >&2; exit 1; fi
+
+# rewrite README.md's benchmark tables from bench/results/*.json (see bench/tables.py)
+bench-tables: setup
+    {{py}} bench/tables.py
 
 # ruff lint and format check
 lint: setup

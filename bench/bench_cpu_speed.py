@@ -15,20 +15,21 @@ depend on the weights), each network under every runtime of `pipeline.nets.cpu_s
 3. S3FD on the 480-px detection proxy and 4. BiSeNet at 512x512: kept within 2e-2 relative
    error of the raw outputs.
 
-Prints items/s and the ratio to the named baseline (wall clock), CPU seconds per item and
+Records items/s and the ratio to the named baseline (wall clock), CPU seconds per item and
 their ratio (all threads; less disturbed by other load on a shared machine, though
 spinning thread pools count too), the one-off preparation time (export, conversion,
 compilation; OpenVINO's conversions are read back from its disk cache after the first run),
-the errors, and which runtime wins. Asserts nothing. The
-machine may be shared: both sides of every ratio ran in this one process, one after the
-other.
+the errors, and which runtime wins. Asserts nothing about speed. A runtime that is not
+installed, or fails on a network, stops the bench in one line (`--skip` leaves it out).
+The machine may be shared: both sides of every ratio ran in this one process, one after
+the other. `--vae-width`, `--unet-width` and `--unet-layers` narrow the VAE and the UNet
+(the same architectures), `--proxy` and `--parse-size` shrink S3FD's and BiSeNet's inputs:
+--quick does, so that every runtime converts and runs them in seconds.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -36,10 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from harness import Bench, run_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pipeline.nets.cpu_speed import (  # noqa: E402
+from pipeline.nets.cpu_speed import (
     CHOSEN,
     RUNTIME_ENV,
     RUNTIMES,
@@ -47,7 +47,7 @@ from pipeline.nets.cpu_speed import (  # noqa: E402
     runtime_available,
     unet_module,
 )
-from pipeline.nets.vae import decoder_module, latent_mode_module  # noqa: E402
+from pipeline.nets.vae import decoder_module, latent_mode_module
 
 LATENT_TOL = 2e-2  # relative error of latents / network outputs
 PIXEL_TOL = 2.0  # mean absolute error of decoded crops, in 1/255 steps
@@ -111,9 +111,13 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 class Table:
-    """One section: the baseline's speed, then each runtime's line and the winner."""
+    """One section: the baseline's speed, then each runtime's line (and figure) and the
+    winner."""
 
-    def __init__(self, title: str, unit: str, n: int, baseline: str) -> None:
+    def __init__(
+        self, bench: Bench, title: str, unit: str, n: int, baseline: str, inputs: dict
+    ) -> None:
+        self.bench, self.inputs = bench, inputs
         self.title, self.unit, self.n, self.baseline = title, unit, n, baseline
         self.base_rate = 0.0
         self.best: tuple[float, str] = (0.0, "")
@@ -136,9 +140,24 @@ class Table:
         )
         if ok and rate > self.best[0]:
             self.best = (rate, name)
+        if rate != self.base_rate or cpu != self.base_cpu:  # not the baseline's own row
+            self.bench.figure(
+                f"{self.title.split(':')[0]}: {name}",
+                rate,
+                f"{self.unit}/s",
+                baseline=self.baseline,
+                baseline_value=self.base_rate,
+                inputs=self.inputs,
+                note=f"{self.base_cpu / cpu:.2f}x by CPU time; prep {prep:.1f} s; {note}; "
+                f"{verdict}",
+            )
 
     def skipped(self, name: str, why: str) -> None:
         print(f"   {name:18} skipped: {why}", flush=True)
+
+    def cannot(self, name: str, why: str) -> None:
+        """A runtime that cannot be measured: one line, exit 2 (never a silent skip)."""
+        self.bench.missing(f"{self.title.split(':')[0]}: {name} {why}; --skip {name} leaves it out")
 
     def done(self, chosen: str) -> None:
         rate, name = self.best
@@ -162,15 +181,13 @@ def each_runtime(
             table.skipped(runtime, "skipped (--skip, or see the note above)")
             continue
         if not runtime_available(runtime):
-            table.skipped(runtime, "package not installed")
-            continue
+            table.cannot(runtime, "is not installed (pip install -e .)")
         try:
             runner, prep = timed(lambda r=runtime: cpu_runner(module, example, r))
             warm, warm_s = timed(lambda r=runner: run(r))  # first call compiles, for some
             out, seconds = timed(lambda r=runner: run(r))
-        except Exception as e:  # a runtime that cannot take this network is a finding
-            table.skipped(runtime, f"failed: {type(e).__name__}: {str(e).splitlines()[0][:90]}")
-            continue
+        except Exception as e:  # a runtime that cannot take this network: say which, stop
+            table.cannot(runtime, f"failed: {type(e).__name__}: {str(e).splitlines()[0][:90]}")
         ok, note = check(out)
         table.row(runtime, seconds, prep + max(0.0, warm_s - seconds), ok, note)
 
@@ -198,7 +215,7 @@ def face_crops(n: int) -> np.ndarray:
     return np.stack(out)
 
 
-def bench_latents(vae: Any, n_crops: int, skip: set[str]) -> None:
+def bench_latents(bench: Bench, vae: Any, n_crops: int, skip: set[str]) -> None:
     import torch
 
     from pipeline.nets.vae import encode_latents
@@ -216,10 +233,12 @@ def bench_latents(vae: Any, n_crops: int, skip: set[str]) -> None:
     with torch.inference_mode():
         ref_img = to_uint8(decoder(ref_t[:, 4:] / scale))
     table = Table(
-        f"1. latents: SD-VAE encoder, {n_crops} crops of 256x256 (2 encodes each: masked, full)",
+        bench,
+        f"1. latents, SD-VAE encoder: {n_crops} crops of 256x256 (2 encodes each: masked, full)",
         "crops",
         n_crops,
-        "encode_latents fp32",
+        "today's encode_latents, eager float32, batch 8",
+        {"crops": n_crops, "resolution": "256x256", "vae_width": bench.args.vae_width},
     )
     table.row("today (batch 8)", seconds, 0.0, True, "reference")
 
@@ -256,12 +275,14 @@ def bench_latents(vae: Any, n_crops: int, skip: set[str]) -> None:
 # -- 2. musetalk UNet + decode ----------------------------------------------------------------
 
 
-def bench_musetalk(vae: Any, n_frames: int, skip: set[str]) -> None:
+def bench_musetalk(bench: Bench, vae: Any, n_frames: int, skip: set[str]) -> None:
     import torch
     from diffusers import UNet2DConditionModel
 
     torch.manual_seed(1)
-    unet = UNet2DConditionModel(**MUSETALK_UNET).eval()
+    w = bench.args.unet_width
+    config = {**MUSETALK_UNET, "block_out_channels": (w, 2 * w, 4 * w, 4 * w)}
+    unet = UNet2DConditionModel(**{**config, "layers_per_block": bench.args.unet_layers}).eval()
 
     net, decoder = unet_module(unet), decoder_module(vae)
     scale = float(vae.config.scaling_factor)
@@ -279,17 +300,26 @@ def bench_musetalk(vae: Any, n_frames: int, skip: set[str]) -> None:
     (ref_pred, ref_img), seconds = timed(eager)
     ref_u8 = to_uint8(ref_img)
     table = Table(
-        f"2. musetalk per frame: UNet (musetalk.json) + VAE decode, batch of {n_frames}",
+        bench,
+        f"2. musetalk per frame, UNet (musetalk.json) + VAE decode: batch of {n_frames}",
         "frames",
         n_frames,
-        "renderer fp32",
+        "the renderer's eager float32",
+        {
+            "frames": n_frames,
+            "renderer": "musetalk",
+            "unet_width": w,
+            "unet_layers": bench.args.unet_layers,
+            "vae_width": bench.args.vae_width,
+        },
     )
     table.row("today (eager)", seconds, 0.0, True, "reference")
     for runtime in RUNTIMES:
-        if runtime in skip or not runtime_available(runtime):
-            why = "skipped (--skip, or see the note above)"
-            table.skipped(runtime, why if runtime in skip else "package not installed")
+        if runtime in skip:
+            table.skipped(runtime, "skipped (--skip, or see the note above)")
             continue
+        if not runtime_available(runtime):
+            table.cannot(runtime, "is not installed (pip install -e .)")
         try:
             (u, d), prep = timed(
                 lambda r=runtime: (
@@ -305,8 +335,7 @@ def bench_musetalk(vae: Any, n_frames: int, skip: set[str]) -> None:
             _, warm_s = timed(run)
             (pred, img), seconds = timed(run)
         except Exception as e:
-            table.skipped(runtime, f"failed: {type(e).__name__}: {str(e).splitlines()[0][:90]}")
-            continue
+            table.cannot(runtime, f"failed: {type(e).__name__}: {str(e).splitlines()[0][:90]}")
         err = rel_err(pred, ref_pred)
         mae = float(np.abs(to_uint8(img).astype(int) - ref_u8).mean())
         ok = err <= LATENT_TOL and mae <= PIXEL_TOL
@@ -324,7 +353,7 @@ def bench_musetalk(vae: Any, n_frames: int, skip: set[str]) -> None:
 
 
 def bench_plain(
-    title: str, key: str, module: Any, x: Any, n: int, unit: str, skip: set[str]
+    bench: Bench, title: str, key: str, module: Any, x: Any, n: int, unit: str, skip: set[str]
 ) -> None:
     import torch
 
@@ -332,7 +361,8 @@ def bench_plain(
         module(x)  # warm-up
         ref, seconds = timed(lambda: module(x))
     ref = list(ref) if isinstance(ref, list | tuple) else ref
-    table = Table(title, unit, n, "eager fp32")
+    size = "x".join(str(v) for v in x.shape[:1:-1])
+    table = Table(bench, title, unit, n, "eager float32", {"images": n, "resolution": size})
     table.row("today (eager)", seconds, 0.0, True, "reference")
 
     def check(out: Any) -> tuple[bool, str]:
@@ -343,8 +373,7 @@ def bench_plain(
     table.done(CHOSEN[key])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--crops", type=int, default=1, help="crops for the latents stage")
     ap.add_argument("--frames", type=int, default=1, help="frames for the musetalk render")
     ap.add_argument("--images", type=int, default=1, help="images for S3FD and BiSeNet")
@@ -358,7 +387,15 @@ def main() -> None:
         "--skip", default="", help=f"runtimes to leave out, comma-separated ({','.join(RUNTIMES)})"
     )
     ap.add_argument("--only", default="", help="sections to run: latents,musetalk,s3fd,bisenet")
-    args = ap.parse_args()
+    ap.add_argument("--vae-width", type=int, default=128, help="SD-VAE first block (128: real)")
+    ap.add_argument("--unet-width", type=int, default=320, help="UNet first block (320: real)")
+    ap.add_argument("--unet-layers", type=int, default=2, help="UNet layers per block (2: real)")
+    ap.add_argument("--proxy", type=int, default=480, help="S3FD's proxy width (480: real)")
+    ap.add_argument("--parse-size", type=int, default=512, help="BiSeNet's input (512: real)")
+
+
+def main(bench: Bench) -> None:
+    args = bench.args
     warnings.filterwarnings("ignore")
     skip = {s for s in args.skip.split(",") if s}
     only = {s for s in args.only.split(",") if s} or {"latents", "musetalk", "s3fd", "bisenet"}
@@ -368,7 +405,7 @@ def main() -> None:
 
     print(
         f"cpu: {os.cpu_count()} cores ({cpu_flags()}), torch {torch.__version__} "
-        f"with {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}"
+        f"with {torch.get_num_threads()} threads"
     )
     big_skip = set(skip)
     if "avx512_bf16" not in cpu_flags() and "amx_bf16" not in cpu_flags():
@@ -380,18 +417,24 @@ def main() -> None:
                 "VAE and UNet)"
             )
     torch.manual_seed(0)
-    vae = AutoencoderKL(**SD_VAE).eval()
+    w0 = args.vae_width
+    vae_config = {**SD_VAE, "block_out_channels": (w0, 2 * w0, 4 * w0, 4 * w0)}
+    if w0 % 32:  # GroupNorm's 32 groups need channels that divide by them
+        vae_config["norm_num_groups"] = w0 // 2
+    vae = AutoencoderKL(**vae_config).eval()
     if "latents" in only:
-        bench_latents(vae, args.crops, big_skip)
+        bench_latents(bench, vae, args.crops, big_skip)
     if "musetalk" in only:
-        bench_musetalk(vae, args.frames, big_skip)
+        bench_musetalk(bench, vae, args.frames, big_skip)
     if "s3fd" in only:
         from face_alignment.detection.sfd.net_s3fd import s3fd
 
         torch.manual_seed(3)
-        x = torch.rand(args.images, 3, 270, 480) * 255 - 117
+        pw = args.proxy
+        x = torch.rand(args.images, 3, pw * 9 // 16, pw) * 255 - 117
         bench_plain(
-            f"3. S3FD on {args.images} detection proxies of 480x270",
+            bench,
+            f"3. S3FD: {args.images} detection proxies of {pw}x{pw * 9 // 16}",
             "s3fd",
             s3fd().eval(),
             x,
@@ -404,9 +447,10 @@ def main() -> None:
 
         torch.manual_seed(4)
         net = build_bisenet().eval()
-        x = torch.randn(args.images, 3, 512, 512)
+        x = torch.randn(args.images, 3, args.parse_size, args.parse_size)
         bench_plain(
-            f"4. BiSeNet on {args.images} images of 512x512",
+            bench,
+            f"4. BiSeNet: {args.images} images of {args.parse_size}x{args.parse_size}",
             "bisenet",
             net,
             x,
@@ -417,4 +461,17 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # --quick leaves torch.compile out: inductor takes minutes a network on 2 cores
+    run_bench(
+        main,
+        __doc__,
+        add_arguments,
+        quick={
+            "vae_width": 16,
+            "unet_width": 32,
+            "unet_layers": 1,
+            "proxy": 256,
+            "parse_size": 256,
+            "skip": "compile",
+        },
+    )

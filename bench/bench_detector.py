@@ -11,25 +11,22 @@
 2. Precompile of the 150-frame 1080x1920 loop into fresh stores, same run: the old
    offline default (detector=dlib, landmarks=dlib) against the new one (retinaface,
    retinaface), stage by stage.
-Prints ratios with their baselines; asserts nothing.
+Figures with their baselines (dlib HOG, the old default); asserts nothing.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import Bench, run_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from hotplate import demo_data as synthetic  # noqa: E402
-from pipeline.media import make_proxy  # noqa: E402
-from pipeline.nets.detectors import load_detector  # noqa: E402
-from pipeline.precompile.tracking import iou  # noqa: E402
+from hotplate import demo_data as synthetic
+from pipeline.media import make_proxy
+from pipeline.nets.detectors import load_detector
+from pipeline.precompile.tracking import iou
 
 ASTRONAUT_FACE = np.array([[175, 76], [265, 76], [175, 166], [265, 166]], np.float64)
 
@@ -98,24 +95,46 @@ def precompile_seconds(video: Path, store_dir: Path, **recipe) -> tuple[float, l
     return time.perf_counter() - start, report.stages
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--loop-frames", type=int, default=12, help="loop proxies in the set")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--frames", type=int, default=150, help="precompile loop length")
-    parser.add_argument("--no-precompile", action="store_true")
-    args = parser.parse_args()
+def add_arguments(ap) -> None:
+    ap.add_argument("--loop-frames", type=int, default=12, help="loop proxies in the set")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--frames", type=int, default=150, help="precompile loop length")
+    ap.add_argument("--no-precompile", action="store_true")
 
+
+def main(bench: Bench) -> None:
+    args = bench.args
     images = test_set(args.loop_frames)
     detectors = {name: load_detector(name, None) for name in ("retinaface", "dlib")}
     results = measure(detectors, images, args.repeats)
     print(f"detector on {len(images)} 480-px proxies (median ms per image, faces found):")
+    found_of = {}
     for name, (ms, found) in results.items():
         total = sum(f for f, _ in found.values()), sum(t for _, t in found.values())
         missed = [f"{k} {f}/{t}" for k, (f, t) in found.items() if f < t]
+        found_of[name] = total
         print(f"  {name:10} {ms:7.1f} ms  found {total[0]}/{total[1]}  missed: {missed or 'none'}")
-    ratio = results["dlib"][0] / results["retinaface"][0]
-    print(f"speed ratio dlib HOG / retinaface: {ratio:.1f}x (goal >= 4x)")
+    inputs = {"images": len(images), "loop_proxies": args.loop_frames, "proxy": 480}
+    dlib = "dlib HOG on the same proxies (upsampled to 640, as hotplate runs it)"
+    bench.figure(
+        "retinaface per 480 px proxy",
+        results["retinaface"][0],
+        "ms",
+        baseline=dlib,
+        baseline_value=results["dlib"][0],
+        better="lower",
+        inputs=inputs,
+        note="median; goal: dlib / retinaface >= 4x",
+    )
+    bench.figure(
+        "retinaface: faces found",
+        found_of["retinaface"][0],
+        "faces",
+        baseline=dlib,
+        baseline_value=found_of["dlib"][0],
+        inputs=inputs,
+        note=f"of {found_of['retinaface'][1]}; goal: none missed",
+    )
 
     if args.no_precompile:
         return
@@ -127,12 +146,20 @@ def main() -> None:
         )
         new_s, new_stages = precompile_seconds(video, tmp / "new")
         print(f"precompile of the {args.frames}-frame 1080x1920 loop, fresh stores:")
-        print(f"  old default (dlib, dlib)             {old_s:7.2f} s")
-        print(f"  new default (retinaface, retinaface) {new_s:7.2f} s")
         for a, b in zip(old_stages, new_stages, strict=True):
             print(f"    {a.name:10} {a.seconds:6.2f} s -> {b.seconds:6.2f} s")
-        print(f"  ratio old / new: {old_s / new_s:.2f}x")
+        stages = {b.name: b.seconds for b in new_stages}
+        bench.figure(
+            "precompile, offline default (retinaface detector, retinaface landmarks)",
+            new_s,
+            "s",
+            baseline="the old offline default (dlib detector, dlib landmarks), fresh store",
+            baseline_value=old_s,
+            better="lower",
+            inputs={"loop_frames": args.frames, "resolution": "1080x1920", "recipe": "default"},
+            note=f"track {stages.get('track', 0):.2f} s, landmarks {stages.get('landmarks', 0):.2f} s",
+        )
 
 
 if __name__ == "__main__":
-    main()
+    run_bench(main, __doc__, add_arguments, quick={"loop_frames": 2, "repeats": 1, "frames": 8})

@@ -317,8 +317,9 @@ def stages(
     for k in range(n):  # each stored frame's warp plan, made once per render, not timed
         r_old.mouth_source(k, int(idxs[k]))
         r_new.mouth_source(k, int(idxs[k]))
-    blobs_old = [old.load_frame._blob(int(i)) for i in idxs]
-    blobs_new = [new.load_frame._blob(int(i)) for i in idxs]
+    with store.read() as r:  # the stored bytes, copied out as the frame loader does
+        blobs_old = [r.array(old.load_frame.digests[int(i)]).copy() for i in idxs]
+        blobs_new = [r.array(new.load_frame.digests[int(i)]).copy() for i in idxs]
 
     def timed(fn, items):
         c0 = cpu_thread()

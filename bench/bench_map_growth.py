@@ -19,7 +19,6 @@ Goal: gated costs under 5% of ungated. Nothing is asserted.
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -29,10 +28,9 @@ from pathlib import Path
 
 import lmdb
 import numpy as np
+from harness import Bench, run_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from cachestore.store import Reader, Store  # noqa: E402
+from cachestore.store import Reader, Store
 
 
 @contextmanager
@@ -93,15 +91,15 @@ def grower(store: Store, stop: threading.Event, grown: list[int]) -> None:
         i += 1
 
 
-def main() -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--frames", type=int, default=50)
     ap.add_argument("--threads", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=1.5, help="per measuring window")
     ap.add_argument("--rounds", type=int, default=5)
-    args = ap.parse_args()
+
+
+def main(bench: Bench) -> None:
+    args = bench.args
     with tempfile.TemporaryDirectory() as tmp:
         from hotplate.demo_data import iter_loop_frames
         from pipeline.media import encode_frame
@@ -133,13 +131,33 @@ def main() -> None:
                 writer.join()
             g, u, w = (statistics.median(x) for x in (gated, ungated, growing))
             kind = "frames (copy + JPEG decode)" if decode else "raw (transaction + copy)"
-            print(f"{kind}:")
-            print(f"  ungated (before the gate, baseline): {u:8.0f} reads/s")
-            print(f"  gated (Store.read):                  {g:8.0f} reads/s  = {g / u:.3f}x")
-            print(f"  gated, writer growing the map:       {w:8.0f} reads/s  = {w / u:.3f}x")
-            print(f"  gate cost: {100 * (1 - g / u):+.1f}% of the baseline (goal < 5%)")
+            inputs = {
+                "threads": args.threads,
+                "stored_frames": args.frames,
+                "resolution": "1080x1920",
+                "rounds": args.rounds,
+                "window_seconds": args.seconds,
+            }
+            base = "Store.read as it was before the gate (ungated)"
+            bench.figure(
+                f"{kind}: gated Store.read",
+                g,
+                "reads/s",
+                baseline=base,
+                baseline_value=u,
+                inputs=inputs,
+                note=f"gate cost {100 * (1 - g / u):+.1f}%, goal < 5%",
+            )
+            bench.figure(
+                f"{kind}: gated, beside a writer growing the map",
+                w,
+                "reads/s",
+                baseline=f"{base}, no writer (ungated reads crash beside one)",
+                baseline_value=u,
+                inputs=inputs,
+            )
         print(f"{grows[0]} map growths beside the readers; ungated reads would crash there")
 
 
 if __name__ == "__main__":
-    main()
+    run_bench(main, __doc__, add_arguments, quick={"frames": 8, "seconds": 0.3, "rounds": 1})

@@ -4,19 +4,20 @@
         [--sample 1] [--hot-frames 12] [--crops 2]
 
 Random-init weights of the real architectures in a models dir laid out as the real one
-(S3FD, 2D-FAN or DWPose, BiSeNet, the sd-vae-ft-mse AutoencoderKL): speed does not depend
-on the weights. On one 1080x1920 loop (`--video PATH`, default a generated one):
+(S3FD, DWPose's RTMPose-l, BiSeNet, the sd-vae-ft-mse AutoencoderKL): speed does not
+depend on the weights. On one loop (`--video PATH`, default a generated `--size` one):
 
   upstream  MuseTalk's preprocessing, per frame: S3FD on the full-resolution frame, 68
-            points (DWPose if the "dwpose" landmarks backend imports, else FAN), BiSeNet
+            points from DWPose (hotplate's port, as `--landmarks dwpose` runs it), BiSeNet
             face parsing, VAE latents in float32 eager (upstream's code path). Too slow to
             run whole here, so each stage is timed on `--sample` frames and scaled to all;
             decoding is timed on every frame.
-  hotplate  `pipeline.precompile.run.precompile` with the musetalk recipe (s3fd, the same
-            landmarks backend, bisenet, sd-vae-ft-mse) into a fresh store, on the first
-            `--hot-frames` frames, each stage scaled linearly to all frames. Models are
-            loaded (and converted for the CPU runtime) once before, as a warm watcher or
-            service has them; that one-off cost is printed on its own.
+  hotplate  `pipeline.precompile.run.precompile` with the recipe a musetalk render
+            precompiles under (`for_backend(..., "musetalk")`: s3fd, dwpose, bisenet,
+            sd-vae-ft-mse) into a fresh store, on the first `--hot-frames` frames, each
+            stage scaled linearly to all frames. Models are loaded (and converted for the
+            CPU runtime) once before, as a warm watcher or service has them; that one-off
+            cost is recorded on its own.
 
 Then precompile seconds per 150 frames at 1080x1920 with each stage's share, and the
 latents stage before (today's eager float32) and after `pipeline.nets.cpu_speed`, on the
@@ -26,61 +27,51 @@ one process, one after the other, so a shared machine loads both.
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+from harness import Bench, run_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.bench_cpu_speed import SD_VAE, face_crops
+from cachestore.store import open_store
+from hotplate import demo_data as synthetic
+from pipeline.media import iter_frames
+from pipeline.nets.cpu_speed import RUNTIME_ENV
+from pipeline.precompile.recipe import Recipe, for_backend
 
-from bench.bench_cpu_speed import SD_VAE, face_crops  # noqa: E402
-from cachestore.store import open_store  # noqa: E402
-from hotplate import demo_data as synthetic  # noqa: E402
-from pipeline.media import iter_frames  # noqa: E402
-from pipeline.nets.cpu_speed import RUNTIME_ENV  # noqa: E402
-from pipeline.precompile.recipe import Recipe  # noqa: E402
+LANDMARKS = "dwpose"  # upstream MuseTalk's 68 points
 
 
-def save_random_models(models: Path) -> None:
-    """Untrained weights of the real architectures, under the real file names."""
+def save_random_models(models: Path, vae_config: dict) -> None:
+    """Untrained weights of the real architectures, under the file names (and, for
+    DWPose, the mmengine checkpoint layout) the loaders look for."""
     import torch
     from diffusers import AutoencoderKL
     from face_alignment.detection.sfd.net_s3fd import s3fd
-    from face_alignment.models import FAN
 
+    from pipeline.nets import dwpose
+    from pipeline.nets.backends import weight_names
     from pipeline.nets.bisenet import build_bisenet
-    from pipeline.nets.detectors.s3fd import WEIGHTS as S3FD_WEIGHTS
-    from pipeline.nets.landmarks import FAN_WEIGHTS
-    from pipeline.precompile.masks import BISENET_WEIGHTS
 
     torch.manual_seed(0)
     models.mkdir(parents=True, exist_ok=True)
-    torch.save(s3fd().state_dict(), models / S3FD_WEIGHTS[0])
-    torch.save(FAN(4).state_dict(), models / FAN_WEIGHTS[0])
-    torch.save(build_bisenet().state_dict(), models / BISENET_WEIGHTS[0])
+    files = {
+        "s3fd": (models / weight_names("detector", "s3fd")[0], s3fd().state_dict()),
+        "bisenet": (models / weight_names("mask", "bisenet")[0], build_bisenet().state_dict()),
+        "dwpose": (
+            models / weight_names("landmarks", LANDMARKS)[0],
+            {"meta": {}, "state_dict": dwpose.build_network().state_dict()},
+        ),
+    }
+    for path, state in files.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(state, path)
     torch.manual_seed(0)  # the same VAE as bench_cpu_speed's: its CPU conversion is reused
-    AutoencoderKL(**SD_VAE).save_pretrained(models / "sd-vae-ft-mse")
-
-
-def landmarks_backend(models: Path) -> str:
-    """dwpose when that backend exists here (random weights saved for it), else fan."""
-    from pipeline.precompile import recipe
-
-    if "dwpose" not in recipe.LANDMARKERS:
-        return "fan"
-    try:
-        from pipeline.nets import dwpose  # type: ignore[attr-defined]
-
-        dwpose.save_random_weights(models)  # type: ignore[attr-defined]
-        return "dwpose"
-    except Exception as e:  # the port is another helper's; fall back, and say so
-        print(f"(dwpose backend not usable here: {type(e).__name__}: {e}; using fan)")
-        return "fan"
+    AutoencoderKL(**vae_config).save_pretrained(models / "sd-vae-ft-mse")
 
 
 def upstream_per_frame(
@@ -161,22 +152,37 @@ def latents_before_after(models: Path, crops: np.ndarray) -> tuple[float, float,
     return rates[0], rates[1], err
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--video", type=Path, help="a video to precompile (default: a generated loop)")
     ap.add_argument("--frames", type=int, default=150, help="frames of the generated loop")
+    ap.add_argument("--size", default="1080x1920", help="WxH of the generated loop")
     ap.add_argument("--sample", type=int, default=1, help="frames timed on the upstream side")
     ap.add_argument("--hot-frames", type=int, default=12, help="frames hotplate precompiles")
     ap.add_argument("--crops", type=int, default=2, help="crops for latents before/after")
-    args = ap.parse_args()
+    ap.add_argument(
+        "--vae-width",
+        type=int,
+        default=128,
+        help="the SD-VAE's first block width (128: sd-vae-ft-mse; --quick: 16, the same "
+        "architecture narrowed, so its CPU conversion takes seconds)",
+    )
+
+
+def main(bench: Bench) -> None:
+    args = bench.args
     warnings.filterwarnings("ignore")
+    w0 = args.vae_width
+    vae_config = {**SD_VAE, "block_out_channels": (w0, 2 * w0, 4 * w0, 4 * w0)}
+    if w0 % 32:  # GroupNorm's 32 groups need channels that divide by them
+        vae_config["norm_num_groups"] = w0 // 2
+    size = tuple(int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         models = tmp / "models"
-        save_random_models(models)
-        landmarks = landmarks_backend(models)
+        save_random_models(models, vae_config)
+        landmarks = LANDMARKS
         video = args.video or synthetic.write_loop_video(
-            tmp / "loop.mp4", n_frames=args.frames, motion="gentle"
+            tmp / "loop.mp4", n_frames=args.frames, size=size, motion="gentle"
         )
         start = time.perf_counter()
         frames = list(iter_frames(video))
@@ -184,8 +190,8 @@ def main() -> None:
         n, (h, w) = len(frames), frames[0].shape[:2]
         print(
             f"{n} frames of {w}x{h} ({'--video' if args.video else 'generated loop'}); "
-            f"landmarks backend: {landmarks}; random-init weights of the real architectures; "
-            f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}"
+            f"landmarks backend: {landmarks}; random-init weights of the real architectures "
+            f"(SD-VAE width {w0})"
         )
 
         per_frame = upstream_per_frame(frames, models, landmarks, args.sample)
@@ -201,14 +207,14 @@ def main() -> None:
 
         m = min(args.hot_frames, n)
         clip = synthetic.write_loop_video(tmp / "clip.mp4", frames[:m])
-        recipe = Recipe(
-            max_frames=0,
-            detector="s3fd",
-            landmarks=landmarks,
-            mask="bisenet",
-            vae="sd-vae-ft-mse",
-            models_dir=models,
-        )
+        recipe = for_backend(Recipe(max_frames=0, models_dir=models), "musetalk")
+        if (recipe.detector, recipe.landmarks, recipe.mask, recipe.vae) != (
+            "s3fd",
+            landmarks,
+            "bisenet",
+            "sd-vae-ft-mse",
+        ):
+            raise SystemExit(f"the musetalk recipe changed: {recipe}; update this bench")
         stages, warm_s = hotplate_stages(clip, recipe, tmp)
         hot = {k: v * n / m for k, v in stages.items()}
         hot_total = sum(hot.values())
@@ -219,22 +225,57 @@ def main() -> None:
         for name, s in hot.items():
             print(f"   {name:22} {s:9.1f} s  {100 * s / hot_total:5.1f}%")
         print(f"   {'total':22} {hot_total:9.1f} s")
-        print(f"\nend to end, upstream / hotplate: {up_total / hot_total:.1f}x")
-        scale = 150 / n * (1920 * 1080) / (w * h)
-        print(
-            f"precompile seconds per 150 frames at 1080x1920 (scaled by frames and pixels): "
-            f"{hot_total * scale:.0f} s (upstream {up_total * scale:.0f} s); shares: "
-            + ", ".join(f"{k} {100 * v / hot_total:.0f}%" for k, v in hot.items())
+        inputs = {
+            "loop_frames": n,
+            "resolution": f"{w}x{h}",
+            "recipe": "musetalk (s3fd, dwpose, bisenet, sd-vae-ft-mse)",
+            "hot_frames_measured": m,
+            "upstream_frames_timed": args.sample,
+            "vae_width": w0,
+        }
+        shares = ", ".join(f"{k} {100 * v / hot_total:.0f}%" for k, v in hot.items())
+        bench.figure(
+            "precompile, musetalk recipe, scaled to the whole loop",
+            hot_total,
+            "s",
+            baseline="upstream MuseTalk's preprocessing, every network on every frame, "
+            "float32 eager (scaled from the frames timed)",
+            baseline_value=up_total,
+            better="lower",
+            inputs=inputs,
+            note=shares,
+        )
+        bench.figure(
+            "one-off model load and CPU conversion before the precompile",
+            warm_s,
+            "s",
+            inputs={"vae_width": w0},
+            note="a warm watcher or server pays it once; not in the figure above",
         )
 
         crops = face_crops(args.crops)
         before, after, err = latents_before_after(models, crops)
-        print(
-            f"latents stage before (eager float32, today) {before:.2f} crops/s, after "
-            f"(cpu_speed) {after:.2f} crops/s: {after / before:.2f}x, rel err {err:.1e}; per 150 "
-            f"frames {150 / before:.0f} s -> {150 / after:.0f} s"
+        bench.figure(
+            "latents stage, VAE encoder 256x256 with pipeline.nets.cpu_speed's runtime",
+            after,
+            "crops/s",
+            baseline="today's encode_latents, eager float32, same crops",
+            baseline_value=before,
+            inputs={"crops": args.crops, "vae_width": w0},
+            note=f"rel err {err:.1e}; goal >= 3x",
         )
 
 
 if __name__ == "__main__":
-    main()
+    run_bench(
+        main,
+        __doc__,
+        add_arguments,
+        quick={
+            "frames": 3,
+            "size": "270x480",
+            "hot_frames": 2,
+            "crops": 1,
+            "vae_width": 16,
+        },
+    )

@@ -1,7 +1,8 @@
 """What does the blob tier buy, and what does it cost? Run: python bench/bench_remote.py
 
 Side by side in one run, on this machine, against a real nginx on loopback (Debian's
-nginx-light with `dav_methods PUT`, as the tests start it); nothing is asserted:
+nginx-light with `dav_methods PUT`, started by the tests' tests/cachestore/nginx.py);
+nothing is asserted about speed:
 
 a) baseline: JIT precompile of a 150-frame 1080x1920 loop into a fresh store (what a
    node without the tier pays on its first render of that avatar);
@@ -10,62 +11,61 @@ b) push of that avatar to nginx (what the building node pays afterwards, in the
 c) pull of the same avatar into another fresh store, through the precompile miss hook
    (`precompile()` with the tier attached: source hash, lock, manifest, verified blobs,
    manifests), and through `pull_avatar` alone; printed as a) / c);
-d) a hot render (1 s of speech, warp) with the tier attached against one without (best
-   of 6 each, alternating which goes first): the
-   tier is never asked on a hit, so the two should be equal; the requests nginx logged
-   during the hot renders are counted (0 expected);
-e) with --ray: the fleet precompile (`hotplate sync --ray`) of N small loops over a
-   two-node local Ray cluster against `hotplate sync` in one process; on 2 cores no
-   speed-up is expected; the per-task overhead is the difference divided by N.
+d) a hot render (1 s of speech, warp) from the store the tier is attached to against the
+   same render from the store c) filled with pull_avatar, which has no tier (best of
+   `--renders` each, alternating which goes first): the tier is never asked on a hit, so
+   the two should be equal; a request nginx logged during the hot renders fails the run;
+e) unless --no-ray: the fleet precompile (`hotplate sync --ray`) of `--loops` small loops
+   over a two-node local Ray cluster against `hotplate sync` in one process; on 2 cores
+   no speed-up is expected; the per-task overhead is the difference divided by the loops.
 
-Options: --frames N --size WxH for a quick run (e.g. --frames 30 --size 540x960).
+Options: --frames N --size WxH for the loop of a) to d).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
+import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import Bench, run_bench, timed
 
-from cachestore.remote.pull import pull_avatar  # noqa: E402
-from cachestore.remote.push import push_avatar  # noqa: E402
-from cachestore.remote.tier import _ATTACHED, ATTACHED_ENV, ENV, attach, open_remote  # noqa: E402
-from cachestore.store import forget_store, open_store  # noqa: E402
-from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav  # noqa: E402
-from pipeline.precompile.recipe import Recipe  # noqa: E402
-from pipeline.precompile.run import precompile  # noqa: E402
-from tests.cachestore.nginx import Nginx  # noqa: E402
-
-
-def timed(fn):
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
+from cachestore.remote.pull import pull_avatar
+from cachestore.remote.push import push_avatar
+from cachestore.remote.tier import ENV, attach, open_remote
+from cachestore.store import forget_store, open_store
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
+from pipeline.catalog import plan_for
+from pipeline.lip_sync import LipSyncRequest, lip_sync
+from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.run import precompile
+from tests.cachestore.nginx import Nginx
 
 
 def hot_render(store, world: Path, out: Path) -> float:
-    from pipeline.render.job import LipSyncRequest, lip_sync
-
     request = LipSyncRequest(
         persona="astro", attire="studio", audio=world / "speech.wav", output=out, no_jit=True
     )
     seconds, outcome = timed(lambda: lip_sync(store, world / "personas", Recipe(), request))
-    assert not outcome.jit
+    if outcome.jit:
+        raise SystemExit(f"the render from {store.path} was not hot")
     return seconds
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frames", type=int, default=150)
-    parser.add_argument("--size", default="1080x1920", help="WxH of the loop")
-    parser.add_argument("--ray", action="store_true", help="also e): sync --ray vs sync")
-    parser.add_argument("--loops", type=int, default=4, help="loops for e)")
-    args = parser.parse_args()
+def add_arguments(ap) -> None:
+    ap.add_argument("--frames", type=int, default=150)
+    ap.add_argument("--size", default="1080x1920", help="WxH of the loop")
+    ap.add_argument("--renders", type=int, default=6, help="hot renders a side in d)")
+    ap.add_argument("--no-ray", action="store_true", help="leave out e): sync --ray vs sync")
+    ap.add_argument("--loops", type=int, default=4, help="loops for e)")
+
+
+def main(bench: Bench) -> None:
+    args = bench.args
+    if not (shutil.which("nginx") or os.access("/usr/sbin/nginx", os.X_OK)):
+        bench.missing("nginx is not installed (just setup installs it, as root)")
     w, h = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory(prefix="bench-remote-") as tmp:
         world = Path(tmp)
@@ -76,68 +76,104 @@ def main() -> None:
         write_wav(world / "speech.wav", make_speech_audio(1.0), 16000)
         nginx = Nginx(world / "nginx").start()
         try:
-            run(world, source, nginx, args)
+            run(bench, world, source, nginx)
         finally:
             nginx.stop()
 
 
-def run(world: Path, source: Path, nginx: Nginx, args) -> None:
+def run(bench: Bench, world: Path, source: Path, nginx: Nginx) -> None:
+    args = bench.args
     recipe = Recipe()
     print(f"loop: {args.frames} frames {args.size}, tier {nginx.url} (nginx on loopback)")
     # a) baseline: JIT precompile, no tier
     built = open_store(world / "built")
     jit, report = timed(lambda: precompile(source, recipe, built))
     nbytes = sum(s.nbytes for s in report.stages)
-    print(f"a) JIT precompile (baseline)     {jit:8.2f} s   ({nbytes / 1e6:.0f} MB stored)")
+    inputs = {"loop_frames": args.frames, "resolution": args.size, "recipe": "default"}
+    inputs["avatar_mb"] = round(nbytes / 1e6)
     # b) push
     tier = open_remote(nginx.url)
     push_s, pushed = timed(lambda: push_avatar(built, tier, report.avatar))
-    print(f"b) push to nginx                 {push_s:8.2f} s   ({pushed.sent} blobs)")
     # c) pull through the miss hook, and pull_avatar alone
     attach(world / "hook", nginx.url)
     hook = open_store(world / "hook")
     lines: list[str] = []
     hook_s, hooked = timed(lambda: precompile(source, recipe, hook, on_wait=lines.append))
-    assert hooked.pulled is not None, lines
+    if hooked.pulled is None:
+        raise SystemExit(f"the precompile miss built instead of pulling: {lines}")
     bare = open_store(world / "bare")
-    bare_s, _ = timed(lambda: pull_avatar(bare, tier, report.avatar))
-    print(f"c) pull via the precompile miss  {hook_s:8.2f} s   JIT/pull = {jit / hook_s:.1f}x")
-    print(f"   pull_avatar alone             {bare_s:8.2f} s   JIT/pull = {jit / bare_s:.1f}x")
-    # d) hot render with and without the tier (best of 3 each, interleaved)
+    planned = plan_for(bare, source, recipe)  # a pull takes the stage keys of its own plan
+    bare_s, pulled = timed(lambda: pull_avatar(bare, tier, planned.avatar, planned.stages))
+    if pulled is None:
+        raise SystemExit(f"pull_avatar found no avatar {planned.avatar} on the tier")
+    jit_base = "JIT precompile of the same loop, no tier, same run"
+    bench.figure(
+        "pull of an avatar through the precompile miss (nginx on loopback)",
+        hook_s,
+        "s",
+        baseline=jit_base,
+        baseline_value=jit,
+        better="lower",
+        inputs=inputs,
+        note="goal: pull >= 10x faster",
+    )
+    bench.figure(
+        "pull_avatar alone",
+        bare_s,
+        "s",
+        baseline=jit_base,
+        baseline_value=jit,
+        better="lower",
+        inputs=inputs,
+    )
+    bench.figure(
+        "push of the built avatar to nginx",
+        push_s,
+        "s",
+        baseline=jit_base,
+        baseline_value=jit,
+        better="lower",
+        inputs=inputs,
+        note=f"{pushed.sent} blobs",
+    )
+    # d) hot render with the tier attached (hook) and without (bare: never attached)
     log = nginx.root / "access.log"
     before = len(log.read_text().splitlines())
     with_tier, without = [], []
-
-    def tier_on(on: bool) -> None:
-        if on:
-            attach(world / "hook", nginx.url)
-        else:
-            _ATTACHED.pop(str((world / "hook").resolve()), None)
-            os.environ.pop(ATTACHED_ENV, None)  # attach() exported it for child processes
-
-    for i in range(6):  # alternating which goes first, so neither side gets the warm-up
+    for i in range(args.renders):  # alternating which goes first: neither gets the warm-up
         for on in (True, False) if i % 2 == 0 else (False, True):
-            tier_on(on)
-            (with_tier if on else without).append(hot_render(hook, world, world / f"r{i}{on}.mp4"))
+            store = hook if on else bare
+            (with_tier if on else without).append(hot_render(store, world, world / f"r{i}{on}.mp4"))
     asked = len(log.read_text().splitlines()) - before
-    print(
-        f"d) hot render, tier attached     {min(with_tier):8.2f} s   vs no tier "
-        f"{min(without):.2f} s (ratio {min(with_tier) / min(without):.2f}); "
-        f"requests to nginx during hot renders: {asked}"
+    if asked:
+        raise SystemExit(f"hot renders asked the tier {asked} times; a hit must never ask it")
+    bench.figure(
+        "hot render with the tier attached",
+        min(with_tier),
+        "s",
+        baseline="the same render from a store with no tier",
+        baseline_value=min(without),
+        better="lower",
+        inputs={**inputs, "audio_seconds": 1.0, "renderer": "warp"},
+        note=f"best of {args.renders}; 0 requests reached nginx",
     )
     for path in ("built", "hook", "bare"):
         forget_store(world / path)
-    if args.ray:
-        fleet(world, nginx, args)
+    if not args.no_ray:
+        fleet(bench, world, nginx)
 
 
-def fleet(world: Path, nginx: Nginx, args) -> None:
+def fleet(bench: Bench, world: Path, nginx: Nginx) -> None:
     """e) sync --ray over a two-node local cluster against sync in one process."""
     import subprocess
 
+    args = bench.args
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray on 127.0.0.1 only
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # and no usage report sent anywhere
-    from ray.cluster_utils import Cluster
+    try:
+        from ray.cluster_utils import Cluster
+    except ImportError:
+        bench.missing("ray is not installed: pip install -e '.[ray]' (or --no-ray)")
 
     from hotplate.demo_data import write_loop_video as loop
 
@@ -152,7 +188,8 @@ def fleet(world: Path, nginx: Nginx, args) -> None:
             [*base, "--cache", str(root / "one"), "sync"], capture_output=True, text=True
         )
     )
-    assert one.returncode == 0, one.stderr
+    if one.returncode:
+        raise SystemExit(f"hotplate sync failed: {one.stderr.strip()}")
     start_s, cluster = timed(lambda: two_nodes(Cluster, root))
     try:
         ray_s, ray = timed(
@@ -163,8 +200,9 @@ def fleet(world: Path, nginx: Nginx, args) -> None:
                 env=env,
             )
         )
-        assert ray.returncode == 0, ray.stderr
-        again_s, _ = timed(
+        if ray.returncode:
+            raise SystemExit(f"hotplate sync --ray failed: {ray.stderr.strip()}")
+        again_s, again = timed(
             lambda: subprocess.run(
                 [*base, "--cache", str(root / "unused"), "sync", "--ray", cluster.address],
                 capture_output=True,
@@ -172,17 +210,31 @@ def fleet(world: Path, nginx: Nginx, args) -> None:
                 env=env,
             )
         )
+        if again.returncode:
+            raise SystemExit(f"hotplate sync --ray (all hot) failed: {again.stderr.strip()}")
     finally:
         cluster.shutdown()
-    print(f"e) sync, one process (baseline)  {one_s:8.2f} s   {args.loops} loops, 8 frames 540x960")
-    print(
-        f"   sync --ray, 2 local nodes     {ray_s:8.2f} s   ratio {ray_s / one_s:.2f} "
-        f"(cluster start {start_s:.1f} s not included); overhead per task "
-        f"{(ray_s - one_s) / args.loops:+.2f} s"
+    inputs = {"loops": args.loops, "loop_frames": 8, "resolution": "540x960", "nodes": 2}
+    bench.figure(
+        "`hotplate sync --ray`, two local Ray nodes (1 CPU each)",
+        ray_s,
+        "s",
+        baseline="`hotplate sync` in one process",
+        baseline_value=one_s,
+        better="lower",
+        inputs=inputs,
+        note=f"{(ray_s - one_s) / args.loops:+.2f} s a task; cluster start {start_s:.1f} s "
+        f"not counted; no speed-up expected on 2 cores",
     )
-    print(
-        f"   sync --ray again, all hot     {again_s:8.2f} s   {again_s / args.loops:.2f} s a task "
-        f"(driver start, hash, hit check)"
+    bench.figure(
+        "`hotplate sync --ray` again, all hot",
+        again_s,
+        "s",
+        baseline="`hotplate sync` in one process, cold",
+        baseline_value=one_s,
+        better="lower",
+        inputs=inputs,
+        note=f"{again_s / args.loops:.2f} s a task (driver start, hash, hit check)",
     )
 
 
@@ -200,4 +252,9 @@ def two_nodes(Cluster, root: Path):
 
 
 if __name__ == "__main__":
-    main()
+    run_bench(
+        main,
+        __doc__,
+        add_arguments,
+        quick={"frames": 4, "size": "540x960", "renders": 1, "loops": 2},
+    )

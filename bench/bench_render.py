@@ -1,6 +1,6 @@
 """Warp render throughput at 1080x1920, as a multiple of real time.
 
-    .venv/bin/python bench/bench_render.py [--seconds 8] [--frames 24]
+    .venv/bin/python bench/bench_render.py [--seconds 8] [--frames 250]
         [--video PATH] [--audio PATH]
 
 The avatar is precompiled into a real store (LMDB) from `--video` (default: a generated
@@ -14,37 +14,25 @@ bottleneck is visible. `--audio` replaces the generated speech. Figures only, no
 
 from __future__ import annotations
 
-import argparse
 import os
-import resource
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from harness import Bench, cpu_seconds, run_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from cachestore.store import open_store  # noqa: E402
-from hotplate.demo_data import (
-    write_loop_video,  # noqa: E402
-    write_wav,  # noqa: E402
-)
-from pipeline.catalog import plan_for  # noqa: E402
-from pipeline.hot import load_assets  # noqa: E402
-from pipeline.precompile.recipe import Recipe  # noqa: E402
-from pipeline.precompile.run import precompile  # noqa: E402
-from pipeline.render.encode import DEFAULT_PRESET, Mp4Writer  # noqa: E402
-from pipeline.render.renderers.warp import WarpRenderer  # noqa: E402
-from pipeline.render.video import render_video  # noqa: E402
-from tests.pipeline.render_fixtures import speech  # noqa: E402
-
-
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+from cachestore.store import open_store
+from hotplate.demo_data import make_speech_audio as speech
+from hotplate.demo_data import write_loop_video, write_wav
+from pipeline.catalog import plan_for
+from pipeline.hot import load_assets
+from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.run import precompile
+from pipeline.render.encode import DEFAULT_PRESET, Mp4Writer
+from pipeline.render.renderers.warp import WarpRenderer
+from pipeline.render.video import render_video
 
 
 def per_second(n: int, fn) -> float:
@@ -53,14 +41,18 @@ def per_second(n: int, fn) -> float:
     return n / (time.perf_counter() - start)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--seconds", type=float, default=8.0, help="audio length")
-    ap.add_argument("--frames", type=int, default=24, help="stored frames in the loop")
+    ap.add_argument(
+        "--frames", type=int, default=250, help="stored frames in the loop (a short one flatters)"
+    )
+    ap.add_argument("--stage-frames", type=int, default=100, help="frames for each stage alone")
     ap.add_argument("--video", type=Path, help="video to precompile (default: a generated loop)")
     ap.add_argument("--audio", type=Path, help="speech to render (default: generated)")
-    args = ap.parse_args()
 
+
+def main(bench: Bench) -> None:
+    args = bench.args
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -77,6 +69,7 @@ def main() -> None:
         )
         wav = args.audio or write_wav(Path(tmp) / "speech.wav", speech(args.seconds, 16000), 16000)
         print(f"\nrender_video, warp, {wav.name} at 25 fps:")
+        reports = {}
         for label, a in (
             ("frames from the store", assets),
             ("frames in a list", in_memory),
@@ -84,6 +77,7 @@ def main() -> None:
             cpu0 = cpu_seconds()
             rep = render_video(a, wav, Path(tmp) / "out.mp4")
             cpu_ms = (cpu_seconds() - cpu0) / rep.frames * 1000
+            reports[label] = rep, cpu_ms
             print(
                 f"  {label:24s} {rep.realtime_factor:5.2f}x real time, {rep.render_fps:5.1f} fps, "
                 f"first frame after {rep.first_frame_seconds * 1000:.0f} ms, wall {rep.wall_seconds:.1f} s"
@@ -93,21 +87,59 @@ def main() -> None:
             print(
                 f"  {'':24s} CPU {cpu_ms:.1f} ms/frame: ~{idle:.2f}x real time on {cores} idle cores"
             )
+        (store_rep, store_cpu), (list_rep, list_cpu) = reports.values()
+        inputs = {
+            "loop_frames": assets.n_frames,
+            "resolution": f"{assets.width}x{assets.height}",
+            "audio_seconds": round(store_rep.frames / 25, 2),
+            "renderer": "warp",
+        }
+        in_list = "the same frames held decoded in a Python list (no store)"
+        bench.figure(
+            "warm render, frames read through the store (LMDB, JPEG)",
+            store_rep.realtime_factor,
+            "x real time",
+            baseline=in_list,
+            baseline_value=list_rep.realtime_factor,
+            inputs=inputs,
+            note="goal >= 1.0x",
+        )
+        bench.figure(
+            "warm render through the store, CPU per frame",
+            store_cpu,
+            "ms",
+            baseline=in_list,
+            baseline_value=list_cpu,
+            better="lower",
+            inputs=inputs,
+            note=f"~{cores * 1000 / store_cpu / 25:.2f}x real time on {cores} idle cores",
+        )
+        bench.figure(
+            "warm render through the store, first frame",
+            store_rep.first_frame_seconds * 1e3,
+            "ms",
+            baseline=in_list,
+            baseline_value=list_rep.first_frame_seconds * 1e3,
+            better="lower",
+            inputs=inputs,
+        )
 
-        n = 100
+        n = args.stage_frames
         frames = [frames_list[i % assets.n_frames] for i in range(n)]
         r = WarpRenderer()
         r.prepare(assets, speech(n / 25, 48000), 48000, n, 25.0)
-        r.render_batch(
-            list(range(assets.n_frames)), list(range(assets.n_frames)), frames[: assets.n_frames]
+        k = min(n, assets.n_frames)  # warm-up: the plans of the stored frames timed below
+        r.render_batch(list(range(k)), list(range(k)), frames[:k])
+        print("\nstages alone, frames per second:")
+        stage = {**inputs, "frames": n}
+        stage.pop("audio_seconds")
+        fetch = per_second(n, lambda: [assets.load_frame(i % assets.n_frames) for i in range(n)])
+        rt = {"baseline": "real time (25 frames/s)", "baseline_value": 25.0, "inputs": stage}
+        bench.figure("stage alone: fetch (store + JPEG decode)", fetch, "frames/s", **rt)
+        warp = per_second(
+            n, lambda: [r.render(t, t % assets.n_frames, frames[t]) for t in range(n)]
         )
-        print("\nstages alone, frames per second (one thread each):")
-        print(
-            f"  fetch: store + JPEG decode{per_second(n, lambda: [assets.load_frame(i % assets.n_frames) for i in range(n)]):6.1f}"
-        )
-        print(
-            f"  render: warp + blend      {per_second(n, lambda: [r.render(t, t % assets.n_frames, frames[t]) for t in range(n)]):6.1f}"
-        )
+        bench.figure("stage alone: render (warp + blend)", warp, "frames/s", **rt)
 
         def encode() -> None:
             with Mp4Writer(
@@ -120,8 +152,13 @@ def main() -> None:
                 for f in frames:
                     w.write(f)
 
-        print(f"  encode: H.264 {DEFAULT_PRESET:11s}{per_second(n, encode):6.1f}")
+        bench.figure(
+            f"stage alone: encode (H.264 {DEFAULT_PRESET})",
+            per_second(n, encode),
+            "frames/s",
+            **rt,
+        )
 
 
 if __name__ == "__main__":
-    main()
+    run_bench(main, __doc__, add_arguments, quick={"seconds": 1.0, "frames": 6, "stage_frames": 4})

@@ -1,24 +1,26 @@
 """`hotplate serve` against an in-process render. Run: python bench/bench_serve.py
 
-For one hot avatar (a 540x960 loop, 16 frames) and a 4 s speech clip:
+For one hot avatar (a 540x960 loop, 16 frames) and a `--clip-seconds` speech clip (4 s):
 1. overhead: median latency of POST /v1/lip-sync at concurrency 1 (upload, checks,
    queue, worker, MP4 back over loopback) over the median of `lip_sync()` called in
    this process (the baseline: the same entry point, no HTTP, no worker hop), as a ratio;
 2. throughput: requests/s and p50/p95 latency at concurrency 1, 2 and 4 with --workers
-   render workers (default 2: this machine has 2 cores), and the count of failed requests
-   (goal: zero);
+   render workers (default 2: this machine has 2 cores); a failed request fails the run;
 3. the guard's cost (hotplate/serve/guard.py): p50/p95 of POST /v1/lip-sync on a server
    with the guard and on the same app with it removed (the baseline), one worker each,
    requests alternating between them so both share the machine's load; and the guard's
    own time per request, measured in this process around an app that reads the same
    multipart body, as a share of the request's p50;
-4. the audio check on a bomb (an hour of silence in a FLAC of a few hundred kB), in this
+4. the audio check on a bomb (`--bomb-hours` of silence in a FLAC of a few hundred kB),
+   and on a noisy FLAC of twice `--audio-limit` whose header hides its length, in this
    process: uploads.check_audio (header, then frame by frame up to the limit) against
    decoding the clip whole with load_audio (the check before issue #17, the baseline):
    seconds and peak traced memory of each.
 
-Requests go only to 127.0.0.1 and are bounded (--requests per concurrency level).
-Prints; asserts nothing.
+Requests go only to 127.0.0.1 and are bounded (--requests per concurrency level). The
+servers and the hostile FLACs come from the tests' helpers (tests/hotplate/
+serve_helpers.py, serve_attacks.py), so the bench drives the server as the tests do.
+Figures only; asserts nothing about speed.
 """
 
 from __future__ import annotations
@@ -34,18 +36,17 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import Bench, run_bench
 
-from hotplate import demo_data as synthetic  # noqa: E402
-from tests.hotplate.serve_helpers import Server, post_render  # noqa: E402
+from hotplate import demo_data as synthetic
+from tests.hotplate.serve_helpers import Server, post_render
 
 SIZE = (540, 960)
 FRAMES = 16
-CLIP_SECONDS = 4.0
+INPUTS = {"loop_frames": FRAMES, "resolution": f"{SIZE[0]}x{SIZE[1]}", "renderer": "warp"}
 
 
-def make_hot_avatar(root: Path) -> Path:
+def make_hot_avatar(root: Path, clip_seconds: float) -> Path:
     """personas/astro/studio.mp4, precompiled into root/cache; returns the clip."""
     from cachestore.store import forget_store, open_store
     from pipeline.precompile.recipe import Recipe
@@ -56,7 +57,7 @@ def make_hot_avatar(root: Path) -> Path:
     synthetic.write_loop_video(loop, n_frames=FRAMES, size=SIZE)
     precompile(loop, Recipe(), open_store(root / "cache"))
     forget_store(root / "cache")
-    return synthetic.write_wav(root / "clip.wav", synthetic.make_speech_audio(CLIP_SECONDS), 16000)
+    return synthetic.write_wav(root / "clip.wav", synthetic.make_speech_audio(clip_seconds), 16000)
 
 
 def in_process(root: Path, clip: Path, repeats: int) -> list[float]:
@@ -73,7 +74,8 @@ def in_process(root: Path, clip: Path, repeats: int) -> list[float]:
         outcome = lip_sync(store, root / "personas", Recipe(), request)
         if i:
             times.append(time.perf_counter() - start)
-        assert not outcome.jit, "the avatar should be hot"
+        if outcome.jit:
+            raise SystemExit("the avatar should be hot, and lip_sync precompiled it")
     forget_store(root / "cache")
     return times
 
@@ -220,41 +222,52 @@ def guard_cost_in_process(clip: Path, repeats: int) -> tuple[float, float]:
     return asyncio.run(run())
 
 
-def guard_cost(root: Path, clip: Path, requests: int) -> None:
+def guard_cost(bench: Bench, root: Path, clip: Path, requests: int, own_repeats: int) -> None:
     with ChildServer(root, guarded=True) as on, ChildServer(root, guarded=False) as off:
         times: dict[bool, list[float]] = {True: [], False: []}
         with on.client() as c_on, off.client() as c_off:
             for c in (c_on, c_off):  # warm each worker (first render loads its imports)
-                assert post_render(c, "/v1/lip-sync", clip).status_code == 200
+                warm = post_render(c, "/v1/lip-sync", clip)
+                if warm.status_code != 200:
+                    raise SystemExit(f"POST /v1/lip-sync: {warm.status_code} {warm.text[:200]}")
             for i in range(requests):  # ABBA: neither side always goes first
                 pair = ((True, c_on), (False, c_off))
                 for guarded, c in pair if i % 2 == 0 else pair[::-1]:
                     start = time.perf_counter()
                     answer = post_render(c, "/v1/lip-sync", clip)
                     times[guarded].append(time.perf_counter() - start)
-                    assert answer.status_code == 200, answer.text
+                    if answer.status_code != 200:
+                        raise SystemExit(f"POST /v1/lip-sync: {answer.status_code} {answer.text}")
     (p50_on, p95_on), (p50_off, p95_off) = percentiles(times[True]), percentiles(times[False])
-    own_on, own_off = guard_cost_in_process(clip, 2000)
+    own_on, own_off = guard_cost_in_process(clip, own_repeats)
     own = own_on - own_off
-    print(
-        f"guard's cost on a hot POST /v1/lip-sync, {requests} requests each, alternating "
-        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs):"
-    )
-    print(f"{'':>22} {'p50 s':>8} {'p95 s':>8}")
-    print(f"{'without guard (base)':>22} {p50_off:>8.3f} {p95_off:>8.3f}")
-    print(f"{'with guard':>22} {p50_on:>8.3f} {p95_on:>8.3f}")
-    print(
-        f"end to end: p50 {p50_on / p50_off:.3f}x, p95 {p95_on / p95_off:.3f}x the baseline "
-        "(differences this small are within run-to-run noise)"
-    )
-    print(
-        f"the guard's own time per request (in process, {clip.stat().st_size / 1e3:.0f} kB "
-        f"form): {own * 1e6:.0f} us over the bare app's {own_off * 1e6:.0f} us "
-        f"= {100 * own / p50_off:.4f}% of the request's p50"
+    print(f"guard's cost on a hot POST /v1/lip-sync, {requests} requests each, alternating")
+    inputs = {**INPUTS, "audio_seconds": bench.args.clip_seconds, "requests": requests}
+    base = "the same app with the guard removed, one worker, requests alternating (ABBA)"
+    for which, on, off in (("p50", p50_on, p50_off), ("p95", p95_on, p95_off)):
+        bench.figure(
+            f"hot POST /v1/lip-sync with the guard, {which}",
+            on,
+            "s",
+            baseline=base,
+            baseline_value=off,
+            better="lower",
+            inputs=inputs,
+            note="goal < 2%; differences this small are run-to-run noise",
+        )
+    bench.figure(
+        "the guard's own time per request, in process",
+        own * 1e6,
+        "us",
+        baseline="the request's p50 without the guard",
+        baseline_value=p50_off * 1e6,
+        better="lower",
+        inputs={"form_kb": round(clip.stat().st_size / 1e3), "repeats": own_repeats},
+        note=f"over the bare app's {own_off * 1e6:.0f} us",
     )
 
 
-def audio_check_cost(root: Path, hours: float = 1.0, limit_s: float = 600.0) -> None:
+def audio_check_cost(bench: Bench, root: Path, hours: float, limit_s: float) -> None:
     import tracemalloc
 
     from hotplate.serve.problems import Problem
@@ -265,84 +278,145 @@ def audio_check_cost(root: Path, hours: float = 1.0, limit_s: float = 600.0) -> 
     bomb = write_flac(root / "bomb.flac", hours * 3600)
     hidden = hide_flac_length(write_flac(root / "hidden.flac", 2 * limit_s, noise=True))
 
-    def measure(fn) -> tuple[float, float]:
+    def measure(fn) -> tuple[float, float, bool]:
+        """(seconds, peak traced bytes, refused): refused when fn says so or raises 422."""
         tracemalloc.start()
         start = time.perf_counter()
         try:
-            fn()
-        except Problem:
-            pass
+            refused = fn() is True
+        except Problem as e:
+            refused = e.status == 422
         took = time.perf_counter() - start
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-        return took, peak
+        return took, peak, refused
 
     print("peak = traced Python and numpy allocations (PyAV's own frame buffers are not traced)")
     print(f"audio check on {hours:g} h of silence in a {bomb.stat().st_size / 1e3:.0f} kB FLAC:")
-    whole = measure(lambda: load_audio(bomb, 16000).size / 16000 > limit_s)
-    new = measure(lambda: check_audio(bomb, "bomb.flac", limit_s))
-    print(f"  decode whole (before, baseline)  {whole[0]:7.3f} s  {whole[1] / 1e6:8.1f} MB peak")
-    print(
-        f"  header claim (check_audio)       {new[0]:7.3f} s  {new[1] / 1e6:8.1f} MB peak"
-        f"   = {new[0] / whole[0]:.1e}x the time"
+    before = "decoding the clip whole with load_audio (the check before issue #17)"
+    cases = (
+        (f"{hours:g} h of silence in a {bomb.stat().st_size / 1e3:.0f} kB FLAC", bomb),
+        (f"a {2 * limit_s:g} s noisy FLAC whose header hides its length", hidden),
     )
-    seconds = 2 * limit_s
-    whole = measure(lambda: load_audio(hidden, 16000).size / 16000 > limit_s)
-    new = measure(lambda: check_audio(hidden, "hidden.flac", limit_s))
-    print(f"a {seconds:g} s noisy FLAC whose header hides its length (limit {limit_s:g} s):")
-    print(f"  decode whole (before, baseline)  {whole[0]:7.3f} s  {whole[1] / 1e6:8.1f} MB peak")
-    print(
-        f"  frame by frame, stop at limit    {new[0]:7.3f} s  {new[1] / 1e6:8.1f} MB peak"
-        f"   = {new[0] / whole[0]:.2f}x the time"
-    )
+    for what, path in cases:
+        whole = measure(lambda p=path: load_audio(p, 16000).size / 16000 > limit_s)
+        new = measure(lambda p=path: check_audio(p, p.name, limit_s))
+        if not (whole[2] and new[2]):  # both must refuse the clip, or this times something else
+            raise SystemExit(
+                f"{what}: over the {limit_s:g} s limit, yet not refused: {new}, {whole}"
+            )
+        inputs = {"limit_seconds": limit_s}
+        bench.figure(
+            f"audio check (check_audio) on {what}: time",
+            new[0],
+            "s",
+            baseline=before,
+            baseline_value=whole[0],
+            better="lower",
+            inputs=inputs,
+        )
+        bench.figure(
+            f"audio check (check_audio) on {what}: peak traced memory",
+            new[1] / 1e6,
+            "MB",
+            baseline=before,
+            baseline_value=whole[1] / 1e6,
+            better="lower",
+            inputs=inputs,
+        )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--requests", type=int, default=8, help="per concurrency level")
-    parser.add_argument("--repeats", type=int, default=4, help="in-process baseline calls")
-    parser.add_argument("--guard-requests", type=int, default=20, help="per side, step 3")
-    parser.add_argument("--only-guard", action="store_true", help="step 3 alone")
-    parser.add_argument("--only-audio", action="store_true", help="step 4 alone")
-    parser.add_argument("--serve-child", nargs=2, metavar=("ROOT", "PORT"), help=argparse.SUPPRESS)
-    parser.add_argument("--no-guard", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.serve_child:
-        return serve_child(Path(args.serve_child[0]), int(args.serve_child[1]), not args.no_guard)
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--requests", type=int, default=8, help="per concurrency level")
+    ap.add_argument("--repeats", type=int, default=4, help="in-process baseline calls")
+    ap.add_argument("--clip-seconds", type=float, default=4.0, help="speech per request")
+    ap.add_argument("--guard-requests", type=int, default=20, help="per side, step 3")
+    ap.add_argument("--guard-repeats", type=int, default=2000, help="in-process, step 3")
+    ap.add_argument("--bomb-hours", type=float, default=1.0, help="silence in the FLAC, step 4")
+    ap.add_argument("--audio-limit", type=float, default=600.0, help="seconds, step 4")
+    ap.add_argument("--only-guard", action="store_true", help="step 3 alone")
+    ap.add_argument("--only-audio", action="store_true", help="step 4 alone")
+    ap.add_argument("--serve-child", nargs=2, metavar=("ROOT", "PORT"), help=argparse.SUPPRESS)
+    ap.add_argument("--no-guard", action="store_true", help=argparse.SUPPRESS)
+
+
+def main(bench: Bench) -> None:
+    args = bench.args
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    if args.only_audio:
+    if not args.only_guard:
         with tempfile.TemporaryDirectory(prefix="bench-serve-audio-") as tmp:
-            return audio_check_cost(Path(tmp))
-    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+            audio_check_cost(bench, Path(tmp), args.bomb_hours, args.audio_limit)
+    if args.only_audio:
+        return
+    if not args.only_guard:
+        with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+            root = Path(tmp)
+            clip = make_hot_avatar(root, args.clip_seconds)
+            throughput(bench, root, clip)
+    with tempfile.TemporaryDirectory(prefix="bench-serve-guard-") as tmp:
         root = Path(tmp)
-        clip = make_hot_avatar(root)
-        if args.only_guard:
-            return guard_cost(root, clip, args.guard_requests)
-        baseline = statistics.median(in_process(root, clip, args.repeats))
-        with Server(root, "--workers", str(args.workers), "--queue-size", "64") as server:
-            with server.client() as c:  # warm every worker (first render loads its imports)
-                for _ in range(args.workers):
-                    post_render(c, "/v1/lip-sync", clip)
-            results = {n: load(server, clip, n, args.requests) for n in (1, 2, 4)}
-    print(
-        f"hot avatar {SIZE[0]}x{SIZE[1]} ({FRAMES}-frame loop), {CLIP_SECONDS:g} s clip, "
-        f"{args.workers} workers, {os.cpu_count()} CPUs"
-    )
-    print(f"in-process lip_sync() median   {baseline:.3f} s   (baseline)")
-    overhead = results[1]["p50"] / baseline
-    print(f"POST /v1/lip-sync median (c=1) {results[1]['p50']:.3f} s   = {overhead:.2f}x baseline")
+        clip = make_hot_avatar(root, args.clip_seconds)
+        guard_cost(bench, root, clip, args.guard_requests, args.guard_repeats)
+
+
+def throughput(bench: Bench, root: Path, clip: Path) -> None:
+    """1. and 2.: the server against lip_sync() in process, then concurrency 1, 2, 4."""
+    args = bench.args
+    baseline = statistics.median(in_process(root, clip, args.repeats))
+    with Server(root, "--workers", str(args.workers), "--queue-size", "64") as server:
+        with server.client() as c:  # warm every worker (first render loads its imports)
+            for _ in range(args.workers):
+                post_render(c, "/v1/lip-sync", clip)
+        results = {n: load(server, clip, n, args.requests) for n in (1, 2, 4)}
     print(f"{'concurrency':>11} {'req/s':>7} {'p50 s':>7} {'p95 s':>7} {'failed':>7}")
     for n, r in results.items():
         print(f"{n:>11} {r['rps']:>7.2f} {r['p50']:>7.3f} {r['p95']:>7.3f} {len(r['failed']):>7}")
-    for n, r in results.items():
-        for failure in r["failed"][:3]:
-            print(f"failed at concurrency {n}: {failure}")
-    with tempfile.TemporaryDirectory(prefix="bench-serve-guard-") as tmp:
-        root = Path(tmp)
-        guard_cost(root, make_hot_avatar(root), args.guard_requests)
-        audio_check_cost(root)
+    failed = [f"concurrency {n}: {f}" for n, r in results.items() for f in r["failed"]]
+    if failed:
+        raise SystemExit(f"{len(failed)} requests failed; first: {failed[0]}")
+    inputs = {**INPUTS, "audio_seconds": args.clip_seconds, "workers": args.workers}
+    bench.figure(
+        "hot POST /v1/lip-sync, median latency at concurrency 1",
+        results[1]["p50"],
+        "s",
+        baseline="lip_sync() called in this process (no HTTP, no worker hop), median",
+        baseline_value=baseline,
+        better="lower",
+        inputs={**inputs, "requests": args.requests},
+    )
+    for n in (2, 4):
+        bench.figure(
+            f"hot POST /v1/lip-sync, throughput at concurrency {n}",
+            results[n]["rps"],
+            "requests/s",
+            baseline="the same server at concurrency 1",
+            baseline_value=results[1]["rps"],
+            inputs={**inputs, "requests": args.requests},
+            note=f"p50 {results[n]['p50']:.2f} s, p95 {results[n]['p95']:.2f} s, 0 failed",
+        )
+
+
+def entry() -> None:
+    if "--serve-child" in sys.argv:  # the guard's baseline server, started by ChildServer
+        i = sys.argv.index("--serve-child")
+        root, port = Path(sys.argv[i + 1]), int(sys.argv[i + 2])
+        return serve_child(root, port, "--no-guard" not in sys.argv)
+    run_bench(
+        main,
+        __doc__,
+        add_arguments,
+        quick={
+            "requests": 2,
+            "repeats": 1,
+            "clip_seconds": 1.0,
+            "guard_requests": 2,
+            "guard_repeats": 50,
+            "bomb_hours": 0.05,
+            "audio_limit": 30.0,
+        },
+    )
 
 
 if __name__ == "__main__":
-    main()
+    entry()

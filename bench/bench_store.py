@@ -1,17 +1,18 @@
 """How fast is the store where it matters? Run: python bench/bench_store.py
 
-Prints three figures, each measured side by side in one run (nothing is asserted):
+Three figures, each measured side by side in one run (nothing is asserted):
 
-a) hashing: `cachestore.keys.hash_file` (xxh3-128, 8 MiB reads) on a 200 MB file against
-   plain 8 MiB reads of the same file, warm page cache, best of 3. Goal: ratio >= 0.8,
-   i.e. hashing is disk-bound, not hash-bound.
+a) hashing: `cachestore.keys.hash_file` (xxh3-128, 8 MiB reads) on a `--hash-mb` MiB file
+   against plain 8 MiB reads of the same file, warm page cache, best of 3. Goal: ratio
+   >= 0.8, i.e. hashing is disk-bound, not hash-bound.
 b) avatar load: what a hot musetalk render reads (every frame, masks, boxes, latents) from
-   a real precompiled store (`--video PATH`, default a generated 1080x1920 loop) against
-   upstream MuseTalk's avatar folder in its real layout (the ping-pong cycle of full frames
-   and masks as PNGs, coords.pkl, mask_coords.pkl, latents.pt) loaded as its realtime
-   script loads it, and against plain .npy files (the fairer baseline). Best of 3.
-c) `hotplate resolve` on a hot avatar as a whole process, median of 7 runs, next to a bare
-   `python -c pass` for the interpreter's own start-up.
+   a real precompiled store (`--video PATH`, default a generated `--size` loop of
+   `--frames` frames) against upstream MuseTalk's avatar folder in its real layout (the
+   ping-pong cycle of full frames and masks as PNGs, coords.pkl, mask_coords.pkl,
+   latents.pt) loaded as its realtime script loads it, and against plain .npy files (the
+   fairer baseline). Best of 3.
+c) `hotplate resolve` on a hot avatar as a whole process, median of `--runs` runs, next
+   to a bare `python -c pass` for the interpreter's own start-up.
 """
 
 from __future__ import annotations
@@ -23,28 +24,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from harness import Bench, best_of, run_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from cachestore.keys import CHUNK, hash_file  # noqa: E402
-from cachestore.store import forget_store, open_store  # noqa: E402
-
-HASH_MB = 200
-FRAMES = 150
-
-
-def best(fn: Callable[[], object], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
+from cachestore.keys import CHUNK, hash_file
+from cachestore.store import forget_store, open_store
 
 # -- a) hashing ------------------------------------------------------------------------------
 
@@ -59,29 +45,35 @@ def plain_read(path: Path) -> int:
     return total
 
 
-def bench_hash(tmp: Path) -> None:
+def bench_hash(bench: Bench, tmp: Path, hash_mb: int) -> None:
     path = tmp / "source.bin"
     rng = np.random.default_rng(0)
     with open(path, "wb") as handle:
-        for _ in range(HASH_MB):
+        for _ in range(hash_mb):
             handle.write(rng.bytes(1 << 20))
     plain_read(path)  # warm the page cache
     size = path.stat().st_size / 1e6
-    t_read = best(lambda: plain_read(path), 3)
-    t_hash = best(lambda: hash_file(path), 3)
-    print(f"a) hash a {HASH_MB} MiB file ({size:.0f} MB), 8 MiB reads, warm cache, best of 3")
-    print(f"   plain read   {size / t_read:8.0f} MB/s  ({t_read * 1e3:.0f} ms)")
-    print(f"   xxh3-128     {size / t_hash:8.0f} MB/s  ({t_hash * 1e3:.0f} ms)")
-    print(f"   ratio hash/read throughput: {t_read / t_hash:.2f}  (goal >= 0.8)")
+    t_read = best_of(lambda: plain_read(path), 3)
+    t_hash = best_of(lambda: hash_file(path), 3)
+    print(f"a) hash a {hash_mb} MiB file ({size:.0f} MB), 8 MiB reads, warm cache, best of 3")
+    bench.figure(
+        "hash_file (xxh3-128), warm page cache",
+        size / t_hash,
+        "MB/s",
+        baseline="plain 8 MiB reads of the same file",
+        baseline_value=size / t_read,
+        inputs={"file_mib": hash_mb},
+        note="goal: ratio >= 0.8",
+    )
     path.unlink()
 
 
 # -- b) reading an avatar ----------------------------------------------------------------------
 
 
-def hot_avatar(tmp: Path, video: Path | None, frames: int):
+def hot_avatar(tmp: Path, video: Path | None, frames: int, size=(1080, 1920)):
     """A real hot avatar: precompiled into a store from `video` (default: a generated
-    1080x1920 loop), plus (N, 8, 32, 32) float16 latents as a musetalk render reads them."""
+    loop of `size`), plus (N, 8, 32, 32) float16 latents as a musetalk render reads them."""
     from hotplate.demo_data import write_loop_video
     from pipeline.catalog import plan_for
     from pipeline.hot import load_assets
@@ -89,7 +81,7 @@ def hot_avatar(tmp: Path, video: Path | None, frames: int):
     from pipeline.precompile.run import precompile
 
     if video is None:
-        video = write_loop_video(tmp / "loop.mp4", n_frames=frames)
+        video = write_loop_video(tmp / "loop.mp4", n_frames=frames, size=size)
     store = open_store(tmp / "cache")
     precompile(video, Recipe(), store)
     assets = load_assets(store, plan_for(store, video, Recipe()).avatar)
@@ -161,6 +153,10 @@ def read_npy_folder(folder: Path) -> int:
     return sum(np.load(p).nbytes for p in sorted(folder.glob("*.npy")))
 
 
+def folder_mb(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
+
+
 def read_hot(store, key: str) -> int:
     """What a hot musetalk render reads: load_assets (boxes, masks), the latents, and
     every stored frame decoded (a render decodes each once per loop pass)."""
@@ -172,17 +168,14 @@ def read_hot(store, key: str) -> int:
     return assets.masks.nbytes + latents.nbytes + sum(f.nbytes for f in frames)
 
 
-def bench_avatar(tmp: Path, video: Path | None, frames: int) -> None:
+def bench_avatar(bench: Bench, tmp: Path, video: Path | None, frames: int, size) -> None:
     import cv2
     import torch  # noqa: F401  imported here so neither side pays for it in the timings
 
-    store, assets = hot_avatar(tmp, video, frames)
+    store, assets = hot_avatar(tmp, video, frames, size)
     latents = store.load_arrays("bench-latents")["latents"]
     write_upstream_folder(tmp / "upstream", assets, latents)
     write_npy_folder(tmp / "npy", assets, latents)
-
-    def size(folder: Path) -> float:
-        return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
 
     with store.read() as r:
         store_mb = sum(
@@ -191,23 +184,34 @@ def bench_avatar(tmp: Path, video: Path | None, frames: int) -> None:
     read_hot(store, assets.key)  # warm-up, page cache for every side
     read_upstream_folder(tmp / "upstream")
     read_npy_folder(tmp / "npy")
-    t_store = best(lambda: read_hot(store, assets.key), 3)
-    t_up = best(lambda: read_upstream_folder(tmp / "upstream"), 3)
-    t_npy = best(lambda: read_npy_folder(tmp / "npy"), 3)
+    t_store = best_of(lambda: read_hot(store, assets.key), 3)
+    t_up = best_of(lambda: read_upstream_folder(tmp / "upstream"), 3)
+    t_npy = best_of(lambda: read_npy_folder(tmp / "npy"), 3)
     w, h = assets.width, assets.height
     print(
         f"b) load what a hot musetalk render reads: {assets.n_frames} frames of {w}x{h}, masks, "
-        f"boxes, latents; warm page cache, best of 3, cv2 threads {cv2.getNumThreads()}"
+        f"boxes, latents; warm page cache, best of 3, cv2 threads {cv2.getNumThreads()}; "
+        f"store latents {store_mb / 1e6:.1f} MB"
     )
-    print(
-        f"   upstream MuseTalk avatar folder ({size(tmp / 'upstream'):.0f} MB, ping-pong x2 PNGs, "
-        f"latents.pt)  {t_up * 1e3:8.0f} ms"
+    inputs = {"loop_frames": assets.n_frames, "resolution": f"{w}x{h}", "renderer": "musetalk"}
+    bench.figure(
+        "load a hot musetalk avatar from the store (LMDB, JPEG frames decoded)",
+        t_store * 1e3,
+        "ms",
+        baseline=f"upstream MuseTalk's avatar folder, loaded as its realtime script does "
+        f"(ping-pong PNGs, latents.pt, pickles; {folder_mb(tmp / 'upstream'):.0f} MB)",
+        baseline_value=t_up * 1e3,
+        better="lower",
+        inputs=inputs,
     )
-    print(f"   .npy files ({size(tmp / 'npy'):.0f} MB, np.load)            {t_npy * 1e3:8.0f} ms")
-    print(f"   hotplate store (LMDB, JPEG frames decoded)     {t_store * 1e3:8.0f} ms")
-    print(
-        f"   ratio: upstream folder / store {t_up / t_store:.1f}x, .npy / store "
-        f"{t_npy / t_store:.1f}x  (store latents {store_mb / 1e6:.1f} MB)"
+    bench.figure(
+        "load a hot musetalk avatar from the store (LMDB, JPEG frames decoded)",
+        t_store * 1e3,
+        "ms",
+        baseline=f"plain .npy files, raw frames from the page cache ({folder_mb(tmp / 'npy'):.0f} MB)",
+        baseline_value=t_npy * 1e3,
+        better="lower",
+        inputs=inputs,
     )
     forget_store(tmp / "cache")
 
@@ -215,7 +219,7 @@ def bench_avatar(tmp: Path, video: Path | None, frames: int) -> None:
 # -- c) hotplate resolve as a whole process ------------------------------------------------------
 
 
-def median_run(cmd: list[str], cwd: Path, env: dict[str, str], runs: int = 7) -> tuple[float, str]:
+def median_run(cmd: list[str], cwd: Path, env: dict[str, str], runs: int) -> tuple[float, str]:
     times, out = [], ""
     for _ in range(runs):
         start = time.perf_counter()
@@ -227,7 +231,7 @@ def median_run(cmd: list[str], cwd: Path, env: dict[str, str], runs: int = 7) ->
     return statistics.median(times), out
 
 
-def bench_resolve(tmp: Path) -> None:
+def bench_resolve(bench: Bench, tmp: Path, runs: int) -> None:
     from pipeline.catalog import plan_for
     from pipeline.precompile.recipe import Recipe
 
@@ -249,26 +253,43 @@ def bench_resolve(tmp: Path) -> None:
     script = Path(sys.executable).with_name("hotplate")
     hotplate = [str(script)] if script.exists() else [sys.executable, "-m", "hotplate.cli"]
     cmd = [*hotplate, "--personas", str(personas), "--cache", str(cache), "resolve"]
-    t_resolve, out = median_run([*cmd, "--persona", "ruby"], tmp, env)
-    assert "state    hot" in out, out
-    t_python, _ = median_run([sys.executable, "-c", "pass"], tmp, env)
-    print("c) `hotplate resolve` on a hot avatar, whole process, median of 7")
-    print(f"   hotplate resolve  {t_resolve * 1e3:6.0f} ms")
-    print(f"   python -c pass    {t_python * 1e3:6.0f} ms  (interpreter start-up alone)")
+    t_resolve, out = median_run([*cmd, "--persona", "ruby"], tmp, env, runs)
+    if "state    hot" not in out:
+        raise SystemExit(f"hotplate resolve did not find the avatar hot:\n{out}")
+    t_python, _ = median_run([sys.executable, "-c", "pass"], tmp, env, runs)
+    print(f"c) `hotplate resolve` on a hot avatar, whole process, median of {runs}")
+    bench.figure(
+        "`hotplate resolve` on a hot avatar, whole process",
+        t_resolve * 1e3,
+        "ms",
+        baseline="`python -c pass` (the interpreter's own start-up)",
+        baseline_value=t_python * 1e3,
+        better="lower",
+        inputs={"runs": runs},
+    )
 
 
-def main() -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--video", type=Path, help="a video to precompile (default: a generated loop)")
     ap.add_argument("--frames", type=int, default=50, help="frames of the generated loop")
-    args = ap.parse_args()
+    ap.add_argument("--size", default="1080x1920", help="WxH of the generated loop")
+    ap.add_argument("--hash-mb", type=int, default=200, help="MiB of the file a) hashes")
+    ap.add_argument("--runs", type=int, default=7, help="runs of each process in c)")
+
+
+def main(bench: Bench) -> None:
+    args = bench.args
+    size = tuple(int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
-        bench_hash(Path(tmp))
-        bench_avatar(Path(tmp), args.video, args.frames)
-        bench_resolve(Path(tmp))
+        bench_hash(bench, Path(tmp), args.hash_mb)
+        bench_avatar(bench, Path(tmp), args.video, args.frames, size)
+        bench_resolve(bench, Path(tmp), args.runs)
 
 
 if __name__ == "__main__":
-    main()
+    run_bench(
+        main,
+        __doc__,
+        add_arguments,
+        quick={"frames": 4, "size": "540x960", "hash_mb": 16, "runs": 2},
+    )

@@ -1,7 +1,7 @@
 """Streaming: time to the first fragment, live latency, and a hot 1080x1920 warp render's
 speed streamed and whole-file, against today's renderer on the same avatar in the same run.
 
-    .venv/bin/python bench/bench_stream.py [--seconds 20] [--frames 24] [--live-seconds 10]
+    .venv/bin/python bench/bench_stream.py [--seconds 20] [--frames 250] [--live-seconds 10]
         [--baseline-ref 3d0c64b] [--skip-http]
 
 Setup: a generated 1080x1920 loop of `--frames` frames is precompiled into a real store.
@@ -16,21 +16,21 @@ Then, each on the same avatar and the same `--seconds` of generated speech:
   the request to the first moof received, and the whole response;
 - live: WS /v1/live fed `--live-seconds` of speech paced at real time; from the first
   PCM chunk sent to the first fragment received, and from the end message to the last;
-- per frame: decode, mouth (warp), blend, encode (I420 + x264), each alone, CPU ms;
+- per frame: decode, mouth and blend (`WarpRenderer.render`), encode (I420 + x264), each
+  alone, CPU ms, against one frame's budget at 25 fps;
 - quality: PSNR of the streamed frames against the baseline's, outside the mouth region
-  (the union of the blend squares), min and mean over frames.
+  (the blend square), min and mean over frames.
 
 The machine may be shared: wall-clock figures move with its load, CPU ms per frame less
-so; the load average is printed. CUDA: musetalk is benched only where a device exists.
+so; the harness records the load average. The baseline needs `--baseline-ref` in this
+clone's history (a shallow clone lacks it: the bench then stops, naming the fetch).
 Figures only, no asserts.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tarfile
@@ -40,16 +40,14 @@ from io import BytesIO
 from pathlib import Path
 
 import numpy as np
+from harness import ROOT, Bench, cpu_seconds, psnr, run_bench
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from cachestore.store import open_store  # noqa: E402
-from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav  # noqa: E402
-from pipeline.catalog import plan_for  # noqa: E402
-from pipeline.hot import load_assets  # noqa: E402
-from pipeline.precompile.recipe import Recipe  # noqa: E402
-from pipeline.precompile.run import precompile  # noqa: E402
+from cachestore.store import open_store
+from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
+from pipeline.catalog import plan_for
+from pipeline.hot import load_assets
+from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.run import precompile
 
 BASELINE_REF = "3d0c64b"  # main before issue 18 (streaming, the faster hot path)
 
@@ -70,11 +68,6 @@ print(json.dumps({"frames": rep.frames, "wall": rep.wall_seconds, "cpu": cpu,
 """
 
 
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def line(label: str, frames: int, wall: float, cpu: float, extra: str = "") -> None:
     print(
         f"  {label:28s} {frames / wall:6.1f} fps  {frames / 25 / wall:5.2f}x real time  "
@@ -82,9 +75,19 @@ def line(label: str, frames: int, wall: float, cpu: float, extra: str = "") -> N
     )
 
 
-def baseline(ref: str, tmp: Path, cache: Path, avatar: str, wav: Path, out: Path) -> dict:
+def baseline(
+    bench: Bench, ref: str, tmp: Path, cache: Path, avatar: str, wav: Path, out: Path
+) -> dict:
     """Today's renderer: the tree at `ref`, in its own process, on the same store."""
     tree = tmp / f"baseline-{ref}"
+    known = subprocess.run(
+        ["git", "-C", str(ROOT), "cat-file", "-e", f"{ref}^{{commit}}"], capture_output=True
+    )
+    if known.returncode:
+        bench.missing(
+            f"the baseline renderer at {ref} is not in this clone's history "
+            f"(git fetch --unshallow, or --baseline-ref REF)"
+        )
     data = subprocess.run(
         ["git", "-C", str(ROOT), "archive", ref, "cachestore", "pipeline"],
         check=True,
@@ -110,7 +113,6 @@ def breakdown(assets, n: int = 50) -> dict:
 
     from pipeline.render.encode import Mp4Writer
     from pipeline.render.fmp4 import FragmentWriter
-    from pipeline.render.renderers.base import blend, fit_mask
     from pipeline.render.renderers.warp import WarpRenderer
     from pipeline.render.schedule import schedule
 
@@ -119,32 +121,18 @@ def breakdown(assets, n: int = 50) -> dict:
     t = time.thread_time()
     frames = [assets.load_frame(i) for i in idxs]
     out["decode (JPEG, whole frame)"] = (time.thread_time() - t) / n
-    r = WarpRenderer(silence=None)
+    r = WarpRenderer(silence=None)  # the mouth moves on every frame
     audio = make_speech_audio(n / 25, sr=48000)
     r.prepare(assets, audio, 48000, n, 25.0)
-    for i in set(idxs):
-        r._plan(i)  # plans are made once per stored frame; not per output frame
-    o = np.clip(r.openness(), 0.3, 1.0)
-    regions = []
-    t = time.thread_time()
-    for k, i in enumerate(idxs):
-        plan = r._plan(i)
-        regions.append(r._warp(frames[k], plan, float(o[k]), 0.0))
-    out["mouth (warp of the region)"] = (time.thread_time() - t) / n
+    for k, i in enumerate(idxs):  # plans are made once per stored frame, not per output frame
+        r.render(k, i, frames[k])
     t = time.thread_time()
     blended = [f.copy() for f in frames]
-    out["copy of a whole frame, fresh memory (today's blend makes one)"] = (
-        time.thread_time() - t
-    ) / n
+    out["copy of a whole frame, fresh memory"] = (time.thread_time() - t) / n
     t = time.thread_time()
     for k, i in enumerate(idxs):
-        plan = r._plan(i)
-        mbox = assets.mask_boxes[i]
-        mask = fit_mask(assets.masks[i], mbox)
-        x1, y1, x2, y2 = plan.box
-        mask = mask[y1 - mbox[1] : y2 - mbox[1], x1 - mbox[0] : x2 - mbox[0]]
-        blend(blended[k], regions[k], plan.box, mask, plan.box, out=blended[k])
-    out["blend (into the frame, in place)"] = (time.thread_time() - t) / n
+        r.render(k, i, blended[k], inplace=True)
+    out["mouth and blend (WarpRenderer.render, in place)"] = (time.thread_time() - t) / n
     t = time.thread_time()
     for f in blended:
         cv2.cvtColor(f, cv2.COLOR_RGB2YUV_I420)
@@ -179,35 +167,35 @@ def psnr_outside_mouth(a_path: Path, b_path: Path, assets, idxs) -> tuple[float,
         keep = np.ones(fa.shape[:2], bool)
         x1, y1, x2, y2 = (int(v) for v in assets.mask_boxes[i])
         keep[max(y1, 0) : max(y2, 0), max(x1, 0) : max(x2, 0)] = False
-        d = fa[keep].astype(np.float32) - fb[keep].astype(np.float32)
-        mse = float(np.mean(d * d))
-        vals.append(99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse))
+        vals.append(min(psnr(fa, fb, keep), 99.0))  # 99: identical outside the mouth
     return min(vals), float(np.mean(vals)), len(vals)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(ap) -> None:
     ap.add_argument("--seconds", type=float, default=20.0, help="speech to render")
-    ap.add_argument("--frames", type=int, default=24, help="stored frames in the loop")
+    ap.add_argument(
+        "--frames", type=int, default=250, help="stored frames in the loop (a short one flatters)"
+    )
+    ap.add_argument("--size", default="1080x1920", help="WxH of the generated loop")
     ap.add_argument("--live-seconds", type=float, default=10.0)
+    ap.add_argument("--stage-frames", type=int, default=50, help="frames for each stage alone")
     ap.add_argument("--baseline-ref", default=BASELINE_REF)
     ap.add_argument("--skip-http", action="store_true", help="no server: in process only")
     ap.add_argument("--only-serve", action="store_true", help="only the HTTP and live parts")
-    args = ap.parse_args()
 
+
+def main(bench: Bench) -> None:
+    args = bench.args
     from pipeline.render.schedule import schedule
     from pipeline.render.video import render_video
 
-    print(
-        f"cores: {os.cpu_count()}; load average at start: {os.getloadavg()[0]:.1f} "
-        "(the machine may be shared)"
-    )
+    size = tuple(int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         t0 = time.perf_counter()
         personas = tmp / "personas" / "astro"
         personas.mkdir(parents=True)
-        video = write_loop_video(personas / "studio.mp4", n_frames=args.frames)
+        video = write_loop_video(personas / "studio.mp4", n_frames=args.frames, size=size)
         store = open_store(tmp / "cache")
         precompile(video, Recipe(), store)
         avatar = plan_for(store, video, Recipe()).avatar
@@ -218,11 +206,17 @@ def main() -> None:
             f"precompiled in {time.perf_counter() - t0:.1f} s; {args.seconds:g} s of speech"
         )
 
+        inputs = {
+            "loop_frames": assets.n_frames,
+            "resolution": f"{assets.width}x{assets.height}",
+            "audio_seconds": args.seconds,
+            "renderer": "warp",
+        }
         if args.only_serve:
-            http_and_live(tmp, args)
+            http_and_live(bench, tmp, args, inputs)
             return
         print(f"\nhot warp render, {args.seconds:g} s at 25 fps:")
-        base = baseline(args.baseline_ref, tmp, tmp / "cache", avatar, wav, tmp / "base.mp4")
+        base = baseline(bench, args.baseline_ref, tmp, tmp / "cache", avatar, wav, tmp / "base.mp4")
         line(f"baseline ({args.baseline_ref})", base["frames"], base["wall"], base["cpu"])
 
         cpu = cpu_seconds()
@@ -251,43 +245,76 @@ def main() -> None:
         )
         stream_fps = rep.frames / rep.wall_seconds
         base_fps = base["frames"] / base["wall"]
-        print(
-            f"  speed-up vs baseline: whole file {whole_fps / base_fps:.2f}x, "
-            f"streamed {stream_fps / base_fps:.2f}x; on 2 idle cores (CPU-bound): "
-            f"~{2000 / (stream_cpu / rep.frames * 1000):.0f} fps streamed"
+        old = f"today's renderer (render_video at {args.baseline_ref}, same avatar, same run)"
+        bench.figure(
+            "hot warp render, streamed (fMP4, in process)",
+            stream_fps,
+            "frames/s",
+            baseline=old,
+            baseline_value=base_fps,
+            inputs=inputs,
+            note=f"~{2000 / (stream_cpu / rep.frames * 1000):.0f} frames/s on 2 idle cores by CPU time",
+        )
+        bench.figure(
+            "hot warp render, whole file (MP4)",
+            whole_fps,
+            "frames/s",
+            baseline=old,
+            baseline_value=base_fps,
+            inputs=inputs,
+        )
+        bench.figure(
+            "hot warp render, streamed: CPU per frame",
+            stream_cpu / rep.frames * 1e3,
+            "ms",
+            baseline=old,
+            baseline_value=base["cpu"] / base["frames"] * 1e3,
+            better="lower",
+            inputs=inputs,
+        )
+        bench.figure(
+            "time to the first fragment, hot, in process",
+            1000 * (first[0] - start),
+            "ms",
+            baseline="the whole streamed render",
+            baseline_value=1000 * rep.wall_seconds,
+            better="lower",
+            inputs=inputs,
+            note="goal <= 0.3 s",
         )
 
         idxs = schedule(rep.frames, assets.n_frames).tolist()
         lo, mean, n = psnr_outside_mouth(tmp / "base.mp4", tmp / "stream.mp4", assets, idxs)
-        print(
-            f"  PSNR streamed vs baseline outside the mouth: min {lo:.1f} dB, mean {mean:.1f} dB ({n} frames)"
-        )
-        lo, mean, n = psnr_outside_mouth(tmp / "base.mp4", tmp / "whole.mp4", assets, idxs)
-        print(
-            f"  PSNR whole file vs baseline outside the mouth: min {lo:.1f} dB, mean {mean:.1f} dB"
-        )
-
-        print("\nper frame, each stage alone (CPU ms):")
-        for k, v in breakdown(assets).items():
-            print(f"  {k:40s} {v * 1000:6.1f}")
-
-        if not args.skip_http:
-            http_and_live(tmp, args)
-
-        try:
-            import torch
-
-            cuda = torch.cuda.is_available()
-        except ImportError:
-            cuda = False
-        if not cuda:
-            print(
-                "\nCUDA: no device on this machine; musetalk streamed fps with batch and fp16 not measured"
+        lo_w, mean_w, _ = psnr_outside_mouth(tmp / "base.mp4", tmp / "whole.mp4", assets, idxs)
+        for which, value, whole in (("worst frame", lo, lo_w), ("mean", mean, mean_w)):
+            bench.figure(
+                f"PSNR outside the mouth, streamed vs the baseline's frames, {which}",
+                value,
+                "dB",
+                baseline="the whole file vs the baseline's frames",
+                baseline_value=whole,
+                inputs={**inputs, "frames_compared": n},
+                note="goal >= 40 dB",
             )
 
+        print("\nper frame, each stage alone (CPU ms):")
+        stage = {k: v for k, v in inputs.items() if k != "audio_seconds"}
+        for k, v in breakdown(assets, args.stage_frames).items():
+            bench.figure(
+                f"per frame, alone: {k}",
+                v * 1000,
+                "CPU ms",
+                baseline="one frame's time at 25 fps",
+                baseline_value=40.0,
+                better="lower",
+                inputs={**stage, "frames": args.stage_frames},
+            )
 
-def http_and_live(tmp: Path, args) -> None:
+        if not args.skip_http:
+            http_and_live(bench, tmp, args, inputs)
 
+
+def http_and_live(bench: Bench, tmp: Path, args, inputs: dict) -> None:
     from tests.hotplate.serve_helpers import Server, wait_state
     from tests.hotplate.stream_helpers import Boxes, live_session, pcm16
 
@@ -315,25 +342,66 @@ def http_and_live(tmp: Path, args) -> None:
                                     n += 1
                                     first = first or time.perf_counter()
                     end = time.perf_counter()
-                print(
-                    f"  POST /v1/lip-sync/stream #{attempt + 1}: first moof after "
-                    f"{1000 * (first - start):.0f} ms, {n} fragments, whole response "
-                    f"{end - start:.1f} s for {args.seconds:g} s of speech "
-                    f"({args.seconds / (end - start):.2f}x real time)"
+                if r.status_code != 200 or first is None:
+                    raise SystemExit(f"POST /v1/lip-sync/stream: {r.status_code}, no fragment")
+                which = "the server's first request" if attempt == 0 else "a second request"
+                bench.figure(
+                    f"time to the first fragment over loopback HTTP, {which}",
+                    1000 * (first - start),
+                    "ms",
+                    baseline="the whole response",
+                    baseline_value=1000 * (end - start),
+                    better="lower",
+                    inputs=inputs,
+                    note=f"{n} fragments; goal <= 0.5 s",
                 )
 
         audio = make_speech_audio(args.live_seconds, sr=16000, seed=5)
         start = {"persona": "astro", "attire": "studio", "sample_rate": 16000, "channels": 1}
         res = live_session(srv.url, start, pcm16(audio), 32000, chunk_seconds=0.02)
+        if not res.arrivals:
+            raise SystemExit(f"WS /v1/live sent no fragment: {res.final}")
         lat = res.arrivals[0] - res.first_audio_at
         lag = res.arrivals[-1] - res.end_sent_at
-        print(
-            f"  WS /v1/live, {args.live_seconds:g} s paced in 20 ms chunks: first fragment "
-            f"{1000 * lat:.0f} ms after the first audio (the first fragment is one frame: floor "
-            f"~120 ms of audio), last {1000 * lag:.0f} ms after the end message; server's own "
-            f"figures: {json.dumps({k: res.final.get(k) for k in ('first_fragment_seconds', 'end_lag_seconds', 'frames')})}"
+        own = {k: res.final.get(k) for k in ("first_fragment_seconds", "end_lag_seconds", "frames")}
+        print(f"  WS /v1/live, server's own figures: {json.dumps(own)}")
+        live = {**inputs, "audio_seconds": args.live_seconds, "chunk_ms": 20}
+        from pipeline.render.fmp4 import FRAGMENT_SECONDS, fragment_frames
+
+        per = fragment_frames(25.0, FRAGMENT_SECONDS)
+        pace = f"the audio's own pace (one {per}-frame fragment = {per * 40} ms of audio)"
+        bench.figure(
+            "WS /v1/live: first fragment after the first audio",
+            1000 * lat,
+            "ms",
+            baseline=pace,
+            baseline_value=per * 40.0,
+            better="lower",
+            inputs=live,
+            note="goal <= 1 s; the first fragment is one frame",
+        )
+        bench.figure(
+            "WS /v1/live: last fragment after the end message",
+            1000 * lag,
+            "ms",
+            baseline=pace,
+            baseline_value=per * 40.0,
+            better="lower",
+            inputs=live,
+            note="goal <= 1 s",
         )
 
 
 if __name__ == "__main__":
-    main()
+    run_bench(
+        main,
+        __doc__,
+        add_arguments,
+        quick={
+            "seconds": 2.0,
+            "frames": 4,
+            "size": "540x960",
+            "live_seconds": 1.0,
+            "stage_frames": 8,
+        },
+    )

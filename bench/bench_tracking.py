@@ -7,25 +7,23 @@ On synthetic 1080x1920 loops with known face boxes (hotplate/demo_data.py), comp
             defaults: IoU < 0.6 or centre shift > 0.15 x box size),
   ad.7/.10  adaptive with the stricter refine_iou=0.7, refine_shift=0.10,
 by detector seconds, detector calls, mean IoU to the truth (all frames, and the jump's
-frames) and centre jitter (mean |second difference|, px/frame^2). Prints; asserts nothing.
+frames) and centre jitter (mean |second difference|, px/frame^2). Figures: detector time
+and mean IoU of each tracker against naive, the jump's worst IoU against fixed. Asserts
+nothing.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from harness import Bench, run_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from hotplate import demo_data as synthetic  # noqa: E402
-from pipeline.media import make_proxy  # noqa: E402
-from pipeline.nets.detectors import load_detector  # noqa: E402
-from pipeline.precompile.recipe import Recipe  # noqa: E402
-from pipeline.precompile.tracking import center_jitter, iou, track, track_naive  # noqa: E402
+from hotplate import demo_data as synthetic
+from pipeline.media import make_proxy
+from pipeline.nets.detectors import load_detector
+from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.tracking import center_jitter, iou, track, track_naive
 
 
 def row(name: str, result, truth: np.ndarray, jump: range) -> str:
@@ -38,7 +36,7 @@ def row(name: str, result, truth: np.ndarray, jump: range) -> str:
     )
 
 
-def compare(motion: str, n_frames: int, detector) -> None:
+def compare(bench: Bench, motion: str, n_frames: int, detector) -> None:
     t0 = time.perf_counter()
     frames, truth = synthetic.make_loop_frames(n_frames, motion=motion)
     made = time.perf_counter() - t0
@@ -71,24 +69,52 @@ def compare(motion: str, n_frames: int, detector) -> None:
     for name, result in results.items():
         print(row(name, result, truth, jump))
     naive = results["naive"]
+    inputs = {"loop_frames": n_frames, "resolution": "1080x1920", "motion": motion}
+    inputs["detector"] = detector.name
+    per_frame = f"naive: {detector.name} on every full-resolution frame"
     for name in ("fixed", "adaptive", "ad.7/.10"):
         result = results[name]
-        print(
-            f"speed-up naive/{name}: {naive.detector_seconds / result.detector_seconds:.1f}x "
-            f"detector time, {naive.detections / result.detections:.1f}x calls; "
-            f"refined {result.refined}"
+        bench.figure(
+            f"{motion}: detector seconds, {name} keyframe tracking",
+            result.detector_seconds,
+            "s",
+            baseline=per_frame,
+            baseline_value=naive.detector_seconds,
+            better="lower",
+            inputs=inputs,
+            note=f"{result.detections} calls vs {naive.detections}; {len(result.refined)} refined",
+        )
+        bench.figure(
+            f"{motion}: mean IoU to the true boxes, {name}",
+            float(iou(result.boxes, truth).mean()),
+            "IoU",
+            baseline=per_frame,
+            baseline_value=float(iou(naive.boxes, truth).mean()),
+            inputs=inputs,
+        )
+    if len(jump):
+        worst = {k: float(iou(r.boxes, truth)[list(jump)].min()) for k, r in results.items()}
+        bench.figure(
+            "jump: worst IoU in the jump, adaptive",
+            worst["adaptive"],
+            "IoU",
+            baseline="fixed stride, no refinement",
+            baseline_value=worst["fixed"],
+            inputs=inputs,
+            note="goal > 0.6",
         )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frames", type=int, default=60)
-    parser.add_argument("--detector", default="dlib")
-    args = parser.parse_args()
-    detector = load_detector(args.detector, None)
+def add_arguments(ap) -> None:
+    ap.add_argument("--frames", type=int, default=60)
+    ap.add_argument("--detector", default="dlib")
+
+
+def main(bench: Bench) -> None:
+    detector = load_detector(bench.args.detector, None)
     for motion in ("gentle", "jump"):
-        compare(motion, args.frames, detector)
+        compare(bench, motion, bench.args.frames, detector)
 
 
 if __name__ == "__main__":
-    main()
+    run_bench(main, __doc__, add_arguments, quick={"frames": 12})

@@ -2,19 +2,19 @@
 
 1. latency: a still is copied into a watched folder; the time from the end of the copy
    (the writer's close) to the daemon handing the precompile to a worker, as a multiple
-   of the settle time (goal <= 1.2x), for inotify and polling, several settle times.
+   of the settle time (goal <= 1.2x), for inotify and polling, `--settles` settle times.
 2. throughput: `hotplate sync --workers N` on a folder of 8 distinct stills and 3 loops
    (plus `--video PATH` if given), against `hotplate precompile a b c ...` on the same files
    in one process (the fair baseline: imports and models loaded once too) and against
    `hotplate precompile FILE` once per file in a fresh process.
 
 Media are synthetic 540x960 presenter frames (hotplate/demo_data.py); loops have 16
-frames. Prints; asserts nothing.
+frames. A copy that starts no job, or a command that fails, fails the run. Asserts nothing
+about speed.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -25,11 +25,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import ROOT, Bench, run_bench
 
-from hotplate import demo_data as synthetic  # noqa: E402
-from pipeline.precompile.recipe import Recipe  # noqa: E402
+from hotplate import demo_data as synthetic
+from pipeline.precompile.recipe import Recipe
 
 SIZE = (540, 960)
 FRAMES = 16
@@ -112,16 +111,17 @@ def cli(*args: str, env: dict[str, str]) -> tuple[float, str]:
         [sys.executable, "-m", "hotplate.cli", *args],
         cwd=ROOT,
         env=env,
-        check=True,
         capture_output=True,
         text=True,
     )
+    if done.returncode:
+        raise SystemExit(f"hotplate {' '.join(args[:3])} ... failed: {done.stderr.strip()}")
     lines = done.stdout.strip().splitlines()
     return time.perf_counter() - start, lines[-1] if lines else ""
 
 
 def throughput(
-    work: Path, stills: int, loops: int, workers: list[int], video: Path | None = None
+    bench: Bench, work: Path, stills: int, loops: int, workers: list[int], video: Path | None
 ) -> None:
     personas = work / "personas"
     shutil.rmtree(work, ignore_errors=True)
@@ -143,51 +143,85 @@ def throughput(
     )
     one, _ = cli("--cache", str(work / "one"), "precompile", *map(str, paths), env=env)
     print(f"   precompile a b c ..., one process      {one:7.1f} s  (sequential, 1 worker)")
+    inputs = {
+        "stills": stills,
+        "loops": loops,
+        "loop_frames": FRAMES,
+        "resolution": f"{SIZE[0]}x{SIZE[1]}",
+        "recipe": "default",
+    }
     for n in workers:
         cache = work / f"sync{n}"
         took, said = cli(
             "--personas", str(personas), "--cache", str(cache), "sync", "--workers", str(n), env=env
         )
         again, _ = cli("--personas", str(personas), "--cache", str(cache), "sync", env=env)
-        print(
-            f"   hotplate sync --workers {n}             {took:7.1f} s  ({one / took:.2f}x precompile "
-            f"in one process, {each / took:.2f}x a process per file; "
-            f"a second sync, all hot: {again:.2f} s)"
-        )
         print(f"      {said}")
+        bench.figure(
+            f"`hotplate sync --workers {n}`",
+            took,
+            "s",
+            baseline="`hotplate precompile a b c ...` in one process (imports and models once)",
+            baseline_value=one,
+            better="lower",
+            inputs=inputs,
+            note=f"a second sync, all hot: {again:.2f} s",
+        )
+        bench.figure(
+            f"`hotplate sync --workers {n}`",
+            took,
+            "s",
+            baseline="`hotplate precompile FILE` in a fresh process per file",
+            baseline_value=each,
+            better="lower",
+            inputs=inputs,
+        )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--copies", type=int, default=3, help="copies per latency setting")
-    parser.add_argument("--stills", type=int, default=8)
-    parser.add_argument("--loops", type=int, default=3)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--video", type=Path, help="a video of yours to add to the synced folder")
-    args = parser.parse_args()
-    print(f"cpus {os.cpu_count()}, python {sys.version.split()[0]}")
+def add_arguments(ap) -> None:
+    ap.add_argument("--copies", type=int, default=3, help="copies per latency setting")
+    ap.add_argument("--settles", type=float, nargs="+", default=[0.5, 1.0, 2.0], help="seconds")
+    ap.add_argument("--stills", type=int, default=8)
+    ap.add_argument("--loops", type=int, default=3)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--video", type=Path, help="a video of yours to add to the synced folder")
+
+
+def main(bench: Bench) -> None:
+    args = bench.args
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-watcher-") as tmp:
         tmp = Path(tmp)
         # distinct content per copy: a copy of bytes that are hot already starts no job
         staging = make_media(tmp / "staging", args.copies, 0)
         print("\n1. latency: end of copy -> precompile handed to a worker, as a multiple of settle")
-        print("   mode      settle   median    max   (goal <= 1.2x)")
         for polling in (False, True):
-            for settle in (0.5, 1.0, 2.0):
+            for settle in args.settles:
                 ratios = latency(settle, polling, args.copies, staging, tmp / "lat")
                 mode = "polling" if polling else "inotify"
-                if not ratios:
-                    print(f"   {mode:<8} {settle:5.1f} s   no job started")
-                    continue
-                print(
-                    f"   {mode:<8} {settle:5.1f} s   {statistics.median(ratios):5.2f}x  "
-                    f"{max(ratios):5.2f}x"
+                if len(ratios) < args.copies:
+                    raise SystemExit(
+                        f"{mode}, settle {settle:g} s: {args.copies - len(ratios)} of "
+                        f"{args.copies} copies started no precompile"
+                    )
+                bench.figure(
+                    f"watcher ({mode}): end of copy to precompile start, settle {settle:g} s",
+                    statistics.median(ratios) * settle,
+                    "s",
+                    baseline="the settle time",
+                    baseline_value=settle,
+                    better="lower",
+                    inputs={"copies": args.copies, "resolution": f"{SIZE[0]}x{SIZE[1]}"},
+                    note=f"median; worst {max(ratios):.2f}x settle; goal <= 1.2x",
                 )
         print(f"   ({time.perf_counter() - began:.0f} s so far)")
-        throughput(tmp / "tp", args.stills, args.loops, args.workers, args.video)
-    print(f"\nbench took {time.perf_counter() - began:.0f} s")
+        throughput(bench, tmp / "tp", args.stills, args.loops, args.workers, args.video)
 
 
 if __name__ == "__main__":
-    main()
+    run_bench(
+        main,
+        __doc__,
+        add_arguments,
+        quick={"copies": 1, "settles": [0.5], "stills": 2, "loops": 1, "workers": [2]},
+    )
