@@ -95,17 +95,18 @@ def create_locked(folder: str | os.PathLike, name: str, data: bytes = b"") -> in
     return fd
 
 
-def unlocked(path: str | os.PathLike) -> bool:
-    """True when nobody holds `path`'s flock (its holder is gone); False when one does or
-    the file is gone. The probe takes the lock for an instant."""
+def held(path: str | os.PathLike) -> bool:
+    """True when some process holds `path`'s flock now; False when nobody does (its holder
+    is gone) or the file is gone. Every holder here locks exclusively, so a shared probe
+    for an instant sees them all and never blocks another probe."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
         return False
+    except BlockingIOError:
+        return True
     finally:
         os.close(fd)

@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from cachestore.atomic import held
 from cachestore.errors import StoreError, StoreNotWritableError
 
 DEFAULT_WAIT = 900.0  # seconds; a long loop's precompile on CPU takes minutes
@@ -70,16 +71,8 @@ def lock_path(cache: str | os.PathLike, key: str) -> Path:
 
 
 def building(cache: str | os.PathLike, key: str) -> bool:
-    """Whether some process holds avatar `key`'s build lock now (a probe: the lock is
-    taken and dropped at once when it is free)."""
-    try:
-        fd = os.open(lock_path(cache, key), os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        return not _try_lock(fd)
-    finally:
-        os.close(fd)  # also drops the lock this probe may have taken
+    """Whether some process holds avatar `key`'s build lock now (a probe, atomic.held)."""
+    return held(lock_path(cache, key))
 
 
 def _open_lock(path: Path) -> int:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from cachestore.atomic import create_locked, unlocked
+from cachestore.atomic import create_locked, held
 from cachestore.keys import FileStat, copy_and_hash, hash_file
 from cachestore.space import raise_if_full
 from cachestore.store import Store
@@ -92,5 +92,5 @@ def _remove_orphans(folder: Path) -> None:
     """Delete copies nobody holds locked (a precompile killed with -9): a live snapshot
     holds its flock until it ends, and the kernel drops it when its process dies."""
     for entry in folder.iterdir():
-        if not entry.name.startswith(".") and unlocked(entry):
+        if not entry.name.startswith(".") and not held(entry):
             entry.unlink(missing_ok=True)

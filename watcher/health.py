@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from cachestore.atomic import atomic_write_text
+from cachestore.atomic import atomic_write_text, held
 
 LOCK_FILE = "watcher.lock"
 HEARTBEAT_FILE = "daemon.json"
@@ -87,18 +87,7 @@ def holder_text(holder: dict[str, Any]) -> str:
 
 def lock_held(cache: Path) -> bool:
     """Whether some process holds the watcher lock now (without taking it for long)."""
-    path = Path(cache) / LOCK_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
+    return held(Path(cache) / LOCK_FILE)
 
 
 def write_json(path: Path, record: dict[str, Any]) -> None:
