@@ -271,12 +271,8 @@ def pull_on_miss(
     Counts remote hits and misses.
     """
     say = say or logger.warning
-    try:
-        remote = remote_for(store)
-    except RemoteError as exc:
-        say(f"warning: {exc}")
-        return None
-    if remote is None or store.readonly:
+    remote = remote_for(store, say)
+    if remote is None:
         return None
     step = progress or (lambda stage, done, total: None)
 

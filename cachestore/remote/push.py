@@ -38,7 +38,6 @@ from cachestore.leases import Lease
 from cachestore.remote.manifest import MANIFEST_VERSION, manifest_bytes
 from cachestore.remote.tier import (
     Remote,
-    RemoteError,
     ac_path,
     cas_path,
     open_remote,
@@ -251,12 +250,8 @@ def push_after_build(
     from cachestore.remote.tier import remote_for
 
     say = say or logger.warning
-    try:
-        remote = remote_for(store)
-    except RemoteError as exc:
-        say(f"warning: {exc}")
-        return None
-    if remote is None or store.readonly:
+    remote = remote_for(store, say)
+    if remote is None:
         return None
     lease = Lease(store.path, [avatar])
     try:

@@ -33,6 +33,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -208,10 +209,16 @@ def remote_key(cache: str | os.PathLike) -> bytes | None:
     return key
 
 
-def remote_for(store: Any) -> Remote | None:
-    """The blob tier of this store, or None when none is set or it failed just now."""
-    url = remote_url(store.path)
-    if url is None:
+def remote_for(store: Any, say: Callable[[str], None]) -> Remote | None:
+    """The blob tier of this writable store, or None when none is set, it failed just now,
+    or the store is read-only (nothing pulled could be written). A tier that cannot be
+    opened (a bad URL, a missing key file) is one warning line to `say`, and None."""
+    try:
+        url = remote_url(store.path)
+        remote = None if url is None else open_remote(url)
+    except RemoteError as exc:
+        say(f"warning: {exc}")
         return None
-    remote = open_remote(url)
-    return None if remote.down else remote
+    if remote is None or remote.down or store.readonly:
+        return None
+    return remote
