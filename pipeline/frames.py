@@ -33,8 +33,9 @@ class FrameSource:
         return decode_frame(self._blob(i))
 
     def yuv(self, i: int):
-        """Stored frame i as an I420 `av.VideoFrame` (pipeline/yuv.py): what the hot path
-        hands the encoder. Shared: copy it (`yuv.copy_frame`) before writing into it."""
+        """Stored frame i as a new I420 `av.VideoFrame` (pipeline/yuv.py): what the hot
+        path hands the encoder. The caller may write into it, unless it shares it (the
+        render's frame cache does: `ScheduledFrames` says which frames are owned)."""
         from pipeline.media import decode_yuv
 
         return decode_yuv(self._blob(i))
@@ -64,14 +65,19 @@ def yuv_loader(load: Callable[[int], np.ndarray]) -> Callable[[int], object]:
     """i -> stored frame i as an I420 frame: FrameSource.yuv, or any RGB loader (the
     in-memory avatars of the tests) converted."""
     if hasattr(load, "yuv"):
-        return load.yuv
 
-    def convert(i: int):
-        from pipeline.yuv import frame_from_rgb
+        def decode(i: int):
+            return load.yuv(i)
 
-        return frame_from_rgb(load(i))
+    else:
 
-    return convert
+        def decode(i: int):
+            from pipeline.yuv import frame_from_rgb
+
+            return frame_from_rgb(load(i))
+
+    decode.fresh = True  # a new frame per call: FFmpeg's decoder output, or converted
+    return decode
 
 
 def _nbytes(frame) -> int:
@@ -116,7 +122,7 @@ class ScheduledFrames:
             else:
                 frame = self.load(i)
                 self.decoded += 1
-                if self.fresh:
+                if self.fresh and isinstance(frame, np.ndarray):
                     frame.flags.writeable = False  # it may be kept: nobody writes into it
             nxt = self.next_use[t]
             if nxt < (1 << 62) and self._make_room(_nbytes(frame), nxt):
@@ -125,7 +131,7 @@ class ScheduledFrames:
                 yield t, i, frame, False
             else:
                 owned = hit is None and self.fresh
-                if owned:
+                if owned and isinstance(frame, np.ndarray):
                     frame.flags.writeable = True
                 yield t, i, frame, owned
 

@@ -118,14 +118,19 @@ def rgb_rect(frame: av.VideoFrame, box: Sequence[int]) -> np.ndarray:
     return np.ascontiguousarray(rgb[y1 - ay1 : y2 - ay1, x1 - ax1 : x2 - ax1])
 
 
-def sparse_rgb(frame: av.VideoFrame, box: Sequence[int]) -> tuple[np.ndarray, tuple[int, ...]]:
+def sparse_rgb(
+    frame: av.VideoFrame, box: Sequence[int], out: np.ndarray | None = None
+) -> tuple[np.ndarray, tuple[int, ...]]:
     """A whole-frame RGB array whose pixels are valid only inside the even-aligned
     rectangle around `box` (which is returned): what a renderer that reads only `box` is
-    given, at the price of that rectangle's conversion (np.empty touches no memory)."""
+    given, at the price of that rectangle's conversion. `out`: an (h, w, 3) uint8 array
+    to write into, reused from frame to frame (a new one, np.empty, costs the page
+    faults of every row the rectangle touches: ~2 ms a frame at 1080x1920)."""
     import cv2
 
     packed, (x1, y1, x2, y2) = _i420_rect(frame, box)
-    rgb = np.empty((frame.height, frame.width, 3), np.uint8)
+    shape = (frame.height, frame.width, 3)
+    rgb = out if out is not None and out.shape == shape else np.empty(shape, np.uint8)
     rect = cv2.cvtColor(packed, cv2.COLOR_YUV2RGB_I420)
     h, w = min(y2, frame.height) - y1, min(x2, frame.width) - x1
     rgb[y1 : y1 + h, x1 : x1 + w] = rect[:h, :w]

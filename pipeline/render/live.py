@@ -163,7 +163,8 @@ def live_render(
             ts = [t - w0 for t, _, _, _ in items]
             idxs = [i for _, i, _, _ in items]
             frames = [f for _, _, f, _ in items]
-            for frame in compose(renderer, ts, idxs, frames, *writer.frame_size):
+            owned = [o for _, _, _, o in items]
+            for frame in compose(renderer, ts, idxs, frames, *writer.frame_size, owned):
                 pipe.encode(("frame", frame))
             done += len(items)
         timings["prepare"] += t1 - t0

@@ -367,8 +367,8 @@ def _run_pipeline(
                     break
                 items.append(item)
             if items:
-                ts, ii, frames, _ = (list(v) for v in zip(*items, strict=True))
-                for out in compose(renderer, ts, ii, frames, width, height):
+                ts, ii, frames, owned = (list(v) for v in zip(*items, strict=True))
+                for out in compose(renderer, ts, ii, frames, width, height, owned):
                     _put(rendered, out, stop)
                 done += len(items)
                 if progress is not None:

@@ -101,11 +101,14 @@ def compare(got: list[np.ndarray], want: list[np.ndarray], idxs, assets) -> tupl
     return min(outside), min(inside)
 
 
-def test_whole_file_matches_todays_path_outside_the_mouth(made):
+# None: the loop fits the frame cache, every frame is shared and copied before the mouth
+# is written; 0: no cache, every frame is the render's own and the mouth goes into it
+@pytest.mark.parametrize("cache_bytes", [None, 0])
+def test_whole_file_matches_todays_path_outside_the_mouth(made, cache_bytes):
     root, store, old, new, _ = made
     want, idxs = todays_encoder_input(store, old, root / "speech.wav")
     assets = load_assets(store, new)
-    render_video(assets, root / "speech.wav", root / "new.mp4")
+    render_video(assets, root / "speech.wav", root / "new.mp4", cache_bytes=cache_bytes)
     got = decoded(root / "new.mp4")
     assert len(got) == len(want) == 30
     outside, inside = compare(got, want, idxs, assets)
@@ -148,14 +151,15 @@ def test_an_old_avatar_renders_through_the_new_path_the_same(made):
     assert inside >= 35.0, inside
 
 
-def test_with_the_mouth_bank_the_patch_alone_matches_todays_path(made):
+@pytest.mark.parametrize("cache_bytes", [None, 0])
+def test_with_the_mouth_bank_the_patch_alone_matches_todays_path(made, cache_bytes):
     """The bank's mouths (warp's other path) read and cover only what mouth_source says."""
     root, store, old, new, bank = made
     want, idxs = todays_encoder_input(store, old, root / "speech.wav", bank)
     assets = load_assets(store, new)
     assets.bank = load_bank(store, bank)
     assert assets.bank.size > 0
-    render_video(assets, root / "speech.wav", root / "bank.mp4")
+    render_video(assets, root / "speech.wav", root / "bank.mp4", cache_bytes=cache_bytes)
     outside, inside = compare(decoded(root / "bank.mp4"), want, idxs, assets)
     assert outside >= TOLERANCE_DB, outside
     assert inside >= 35.0, inside
@@ -197,3 +201,53 @@ def test_warp_reads_only_its_mouth_source(made, with_bank):
             assert x1 <= px1 and y1 <= py1 and px2 <= x2 and py2 <= y2
             checked += 1
     assert checked >= 5
+
+
+@pytest.mark.parametrize("owned", [False, True])
+def test_compose_writes_the_mouth_only_into_a_frame_it_owns(made, owned):
+    """A shared stored frame (the frame cache shows it again) is copied and left as it
+    was; a frame decoded for this use alone gets the mouth written into it."""
+    from pipeline.render.compose import compose
+    from pipeline.yuv import planes
+
+    root, store, _, new, _ = made
+    assets = load_assets(store, new)
+    audio = load_audio(root / "speech.wav", 48000)
+    n = n_video_frames(audio.size / 48000, assets.fps)
+    idxs = schedule(n, assets.n_frames, "pingpong")
+    renderer = WarpRenderer()
+    renderer.prepare(assets, audio, 48000, n, assets.fps)
+    t = next(t for t in range(n) if renderer.mouth_source(t, int(idxs[t])) is not None)
+    frame = assets.load_frame.yuv(int(idxs[t]))
+    before = [p.copy() for p in planes(frame)]
+    (out,) = compose(renderer, [t], [int(idxs[t])], [frame], *SIZE, [owned])
+    drawn = any(not np.array_equal(a, b) for a, b in zip(planes(out), before, strict=True))
+    assert drawn
+    if owned:
+        assert out is frame
+    else:
+        assert out is not frame
+        for got, want in zip(planes(frame), before, strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_the_banks_patch_geometry_is_made_once_per_stored_frame_across_prepares(made, monkeypatch):
+    """Live prepares the renderer every few frames: each stored frame's patch geometry
+    (its alignment and a warp of the blend mask) is made once for the assets, not again
+    after every prepare."""
+    from pipeline.render.mouth import from_bank
+
+    root, store, _, new, bank = made
+    assets = load_assets(store, new)
+    assets.bank = load_bank(store, bank)
+    audio = load_audio(root / "speech.wav", 48000)
+    n = n_video_frames(audio.size / 48000, assets.fps)
+    made_for: list[int] = []
+    align = from_bank.to_canonical
+    monkeypatch.setattr(from_bank, "to_canonical", lambda lm: made_for.append(1) or align(lm))
+    renderer = WarpRenderer()
+    for _ in range(3):
+        renderer.prepare(assets, audio, 48000, n, assets.fps)
+        for i in range(assets.n_frames):
+            renderer.mouth_source(0, i)
+    assert len(made_for) == assets.n_frames

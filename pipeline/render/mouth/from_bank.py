@@ -38,7 +38,10 @@ FEATHER = 0.3  # of the radius
 DRIVE_SHARE = 0.5  # of the target opening that comes from the loudness drive
 GAIN = (0.85, 1.18)  # bounds of the colour match's contrast per channel
 RING_STEP = 4  # the colour match reads every 4th pixel of the soft edge
-KEEP_GEOMETRIES = 64  # stored frames whose patch geometry is kept (~0.6 MB each at 1080p)
+# stored frames whose patch geometry is kept: a loop of up to 256 frames computes each
+# once per render (~2 ms a frame at 1080x1920); its blend weight is kept in float16,
+# ~130 KB a frame there (34 MB for 256)
+KEEP_GEOMETRIES = 256
 
 
 def region_mask() -> np.ndarray:
@@ -109,7 +112,11 @@ class BankMouths:
         fps: float,
         drive: Drive,
         silence: SilenceParams | None,
+        geometries: dict[int, tuple | None] | None = None,
     ) -> None:
+        """`geometries`: the patch geometries of the stored frames, kept by the caller
+        across prepares of the same assets (live prepares every few frames; each
+        geometry costs a warp of the blend mask)."""
         # 1. target shapes: the presenter's, closed in silence and for p, b, m
         n = drive.open.size
         target = bank.predict(audio, sr, fps, n)
@@ -127,7 +134,7 @@ class BankMouths:
         self.entries = select(bank, self.target)
         self.assets, self.bank = assets, bank
         self.mask = region_mask()
-        self._geometries: dict[int, tuple | None] = {}
+        self._geometries: dict[int, tuple | None] = {} if geometries is None else geometries
 
     def shapes(self) -> np.ndarray:
         """(T, 3) the shapes of the entries shown."""
@@ -164,7 +171,7 @@ class BankMouths:
                 stored = fit_mask(a.masks[idx], mbox)
                 stored = stored[y1 - mbox[1] : y2 - mbox[1], x1 - mbox[0] : x2 - mbox[0]]
                 alpha *= stored.astype(np.float32) * (1.0 / 255.0)
-                got = ((x1, y1, x2, y2), m, size, alpha, 1.0 - alpha)
+                got = ((x1, y1, x2, y2), m, size, alpha.astype(np.float16))
         if len(self._geometries) >= KEEP_GEOMETRIES:
             self._geometries.pop(next(iter(self._geometries)))
         self._geometries[idx] = got
@@ -182,14 +189,15 @@ class BankMouths:
         geometry = self._geometry(idx)
         if geometry is None or t >= self.entries.size:
             return None
-        (x1, y1, x2, y2), m, size, alpha, rest = geometry
+        (x1, y1, x2, y2), m, size, alpha = geometry
+        alpha = alpha.astype(np.float32)
         crop = self.bank.crop(int(self.entries[t]))
         flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
         mouth = cv2.warpAffine(crop, m, size, flags=flags, borderMode=cv2.BORDER_REPLICATE)
         under = np.ascontiguousarray(frame[y1:y2, x1:x2])
         gain, offset = colour_match(mouth, under, alpha)
         mouth = cv2.transform(mouth, np.hstack([np.diag(gain), offset[:, None]]))  # saturates
-        return MouthPatch((x1, y1, x2, y2), cv2.blendLinear(mouth, under, alpha, rest))
+        return MouthPatch((x1, y1, x2, y2), cv2.blendLinear(mouth, under, alpha, 1.0 - alpha))
 
 
 def colour_match(src: np.ndarray, dst: np.ndarray, alpha: np.ndarray) -> tuple:

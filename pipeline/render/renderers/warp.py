@@ -139,6 +139,7 @@ class WarpRenderer:
         self._plans: dict[int, _Plan | None] = {}
         self._styles: dict[int, Style] = {}
         self._bank = None  # BankMouths when the assets carry a bank
+        self._bank_geometries: dict[int, tuple | None] = {}  # kept as the plans are
 
     # 1. audio -> openness and shape per output frame (and bank entries, with a bank)
     def prepare(
@@ -147,13 +148,15 @@ class WarpRenderer:
         drive = mouth_drive(audio, sr, fps, n_out, self.lookahead, self.silence)
         self._open, self._shape = drive.open, drive.spread
         if assets is not self._assets:  # plans depend on the stored frames only
-            self._plans, self._styles = {}, {}
+            self._plans, self._styles, self._bank_geometries = {}, {}, {}
         self._assets = assets
         self._bank = None
         if getattr(assets, "bank", None) is not None:
             from pipeline.render.mouth.from_bank import BankMouths
 
-            self._bank = BankMouths(assets, assets.bank, audio, sr, fps, drive, self.silence)
+            self._bank = BankMouths(
+                assets, assets.bank, audio, sr, fps, drive, self.silence, self._bank_geometries
+            )
 
     def openness(self) -> np.ndarray:
         return self._open
