@@ -5,6 +5,8 @@ directly or round a loop, at module level or inside functions."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,3 +82,17 @@ def test_no_import_cycles_between_modules():
         if module not in state:
             visit(module, [module])
     assert cycles == []
+
+
+def test_cachestore_imports_without_ray():
+    """Ray is optional below the CLI: every cachestore module (the blob tier's Ray flight
+    included) imports in a process where `import ray` fails."""
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "import importlib, pkgutil, cachestore\n"
+        "names = [m.name for m in pkgutil.walk_packages(cachestore.__path__, 'cachestore.')]\n"
+        "for name in names: importlib.import_module(name)\n"
+        "assert 'cachestore.remote.ray_flight' in names, names\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr.strip().splitlines()[-1]
