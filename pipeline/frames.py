@@ -92,7 +92,10 @@ class ScheduledFrames:
     """The stored frames of a render's schedule, in order, each decoded once per reuse
     window: a decoded frame is kept while its next use is among the nearest (Belady's
     rule: the schedule is known, so when the budget is full the frame needed last goes),
-    so a ping-pong loop that fits in `budget` decodes each stored frame once.
+    so a ping-pong loop that fits in `budget` decodes each stored frame once. Only a
+    frame that will still be kept at its next use is kept at all (`_useful`, the same rule
+    played over the schedule once the first frame gives the size): a loop longer than
+    the budget would otherwise keep, and so share, frames it drops before they come back.
 
     Iterating gives (t, idx, frame, owned): `owned` frames are the caller's to write into
     (`load` makes a new array per call, as FrameSource says with `fresh`, and the cache
@@ -112,6 +115,27 @@ class ScheduledFrames:
         self.cache: dict[int, tuple[int, np.ndarray]] = {}  # idx -> (next use, frame)
         self.used = 0
         self.decoded = 0
+        self.keep: list[bool] | None = None  # step t's frame is kept for its next use
+
+    def _useful(self, fit: int) -> list[bool]:
+        """Per step, whether keeping its frame ends in a hit: Belady's rule played over
+        the schedule with room for `fit` frames, each keep marked when its frame comes
+        back while still kept."""
+        keep = [False] * len(self.idxs)
+        kept: dict[int, tuple[int, int]] = {}  # idx -> (next use, step it was kept at)
+        for t, i in enumerate(self.idxs):
+            if i in kept:
+                keep[kept.pop(i)[1]] = True
+            nxt = self.next_use[t]
+            if nxt >= 1 << 62 or fit <= 0:
+                continue
+            if len(kept) >= fit:
+                far = max(kept, key=lambda k: kept[k][0])
+                if kept[far][0] <= nxt:
+                    continue
+                del kept[far]
+            kept[i] = (nxt, t)
+        return keep
 
     def __iter__(self) -> Iterator[tuple[int, int, np.ndarray, bool]]:
         for t, i in enumerate(self.idxs):
@@ -125,7 +149,9 @@ class ScheduledFrames:
                 if self.fresh and isinstance(frame, np.ndarray):
                     frame.flags.writeable = False  # it may be kept: nobody writes into it
             nxt = self.next_use[t]
-            if nxt < (1 << 62) and self._make_room(_nbytes(frame), nxt):
+            if self.keep is None:  # the frames of one avatar are all one size
+                self.keep = self._useful(self.budget // max(_nbytes(frame), 1))
+            if self.keep[t] and self._make_room(_nbytes(frame), nxt):
                 self.cache[i] = (nxt, frame)
                 self.used += _nbytes(frame)
                 yield t, i, frame, False

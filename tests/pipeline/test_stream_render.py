@@ -168,6 +168,45 @@ def test_scheduled_frames_decode_each_stored_frame_once_when_they_fit():
     assert not any(o for *_, o in ScheduledFrames(shared.__getitem__, idxs, budget=0))
 
 
+def test_scheduled_frames_share_only_frames_that_come_back_from_the_cache():
+    """A loop longer than the budget: a frame is kept (shared, read-only) only when it is
+    still kept when it is shown again; every other one is the caller's to write into, and
+    the decodes are as few as Belady's rule gives."""
+    calls = []
+
+    def load(i):
+        calls.append(i)
+        return np.full((4, 4, 3), i, np.uint8)
+
+    load.fresh = True
+    idxs = schedule(300, 25).tolist()
+    frames = ScheduledFrames(load, idxs, budget=6 * 48)
+    decoded, owned = [], []
+    for _, i, f, o in frames:
+        decoded.append(len(calls) > sum(decoded))  # a decode during this step
+        owned.append(o)
+        assert int(f[0, 0, 0]) == i
+    for t, o in enumerate(owned):
+        later = [u for u in range(t + 1, len(idxs)) if idxs[u] == idxs[t]]
+        if decoded[t] and not o and later:  # decoded, then kept rather than handed over
+            assert not decoded[later[0]], f"frame {idxs[t]} kept at step {t}, decoded again"
+    assert sum(owned) > len(idxs) // 2  # most of a long loop's frames are never shown kept
+    # Belady's hits, counted apart: the optimal cache of 6 frames, bypass allowed
+    kept, hits = {}, 0
+    for t, i in enumerate(idxs):
+        nxt = next((u for u in range(t + 1, len(idxs)) if idxs[u] == i), None)
+        hits += kept.pop(i, None) is not None
+        if nxt is None:
+            continue
+        if len(kept) >= 6:
+            far = max(kept, key=kept.get)
+            if kept[far] <= nxt:
+                continue
+            del kept[far]
+        kept[i] = nxt
+    assert len(calls) == len(idxs) - hits
+
+
 def test_live_render_sends_fragments_while_chunks_arrive():
     assets = build_assets(6)
     seconds = 3.0
