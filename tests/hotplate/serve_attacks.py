@@ -5,9 +5,10 @@ files through /proc/<pid>/fd), peak RSS (VmHWM), and audio bombs made with PyAV.
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import ssl
-import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +53,13 @@ def peak_rss(pid: int) -> int:
 
 class ChunkedUpload:
     """POST a multipart render form as a chunked stream of `total` zero bytes of "audio"
-    over a raw socket, reading the answer concurrently (as a real client would), and
-    calling `measure()` after every chunk. Stops when the server answers or hangs up."""
+    over a raw socket, reading the answer while it sends (as a real client would), and
+    calling `measure()` after every chunk. Stops sending when the server answers or hangs
+    up, then reads the answer to its end.
+
+    One thread does both directions through a selector: an SSL socket read in one thread
+    while another writes to it is outside OpenSSL's rules (an SSL object is not shared by
+    threads), and such a reader lost nginx's 413 to an SSL error on a busy machine."""
 
     def __init__(
         self,
@@ -68,20 +74,8 @@ class ChunkedUpload:
         self.host, self.tls = host or f"127.0.0.1:{port}", tls
         self.sent = 0
         self.answer = b""
-        self.answered = threading.Event()
 
-    def _read(self, sock: socket.socket) -> None:
-        try:
-            while chunk := sock.recv(65536):
-                self.answer += chunk
-                if b"\r\n\r\n" in self.answer:
-                    self.answered.set()
-        except OSError:
-            pass
-        self.answered.set()
-
-    def run(self, measure, chunk: int = 1 << 20) -> tuple[int, int]:
-        """(HTTP status, the largest measure() seen while sending)."""
+    def _chunks(self, chunk: int):
         head = [
             f"POST {self.path} HTTP/1.1",
             f"Host: {self.host}",
@@ -96,26 +90,63 @@ class ChunkedUpload:
             f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="audio"; filename="a.wav"\r\n'
             "Content-Type: audio/wav\r\n\r\n"
         ).encode()
-        zeros = bytes(chunk)
+        yield "\r\n".join(head).encode() + b"%x\r\n%s\r\n" % (len(preamble), preamble), 0
+        zeros = b"%x\r\n%s\r\n" % (chunk, bytes(chunk))
+        for _ in range(0, self.total, chunk):
+            yield zeros, chunk
+        yield b"0\r\n\r\n", 0
+
+    def run(self, measure, chunk: int = 1 << 20, timeout: float = 120.0) -> tuple[int, int]:
+        """(HTTP status, the largest measure() seen while sending)."""
         largest = 0
-        raw = socket.create_connection(("127.0.0.1", self.port), timeout=120)
+        raw = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
         with self.tls.wrap_socket(raw, server_hostname="127.0.0.1") if self.tls else raw as sock:
-            reader = threading.Thread(target=self._read, args=(sock,), daemon=True)
-            reader.start()
-            try:
-                sock.sendall("\r\n".join(head).encode())
-                sock.sendall(b"%x\r\n%s\r\n" % (len(preamble), preamble))
-                while self.sent < self.total and not self.answered.is_set():
-                    sock.sendall(b"%x\r\n%s\r\n" % (len(zeros), zeros))
-                    self.sent += len(zeros)
-                    largest = max(largest, measure())
-                if not self.answered.is_set():
-                    sock.sendall(b"0\r\n\r\n")
-            except OSError:
-                pass  # the server hung up on the upload: what it answered is read below
-            self.answered.wait(timeout=120)
+            sock.setblocking(False)
+            chunks = self._chunks(chunk)
+            pending, counted = next(chunks)
+            view = memoryview(pending)
+            deadline = time.monotonic() + timeout
+            with selectors.DefaultSelector() as sel:
+                sel.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE)
+                sending, reading = True, True
+                while reading and time.monotonic() < deadline:
+                    # An SSL socket may hold decrypted bytes no select() sees.
+                    pending_tls = self.tls is not None and sock.pending() > 0
+                    events = [] if pending_tls else sel.select(timeout=1.0)
+                    if pending_tls or any(mask & selectors.EVENT_READ for _, mask in events):
+                        try:
+                            data = sock.recv(65536)
+                        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                            data = None
+                        except OSError:
+                            data = b""  # a reset: whatever it answered before is kept
+                        if data == b"":
+                            reading = False
+                        elif data:
+                            self.answer += data
+                            if sending and b"\r\n\r\n" in self.answer:
+                                sending = False  # answered: a client stops sending
+                                sel.modify(sock, selectors.EVENT_READ)
+                    if sending and any(mask & selectors.EVENT_WRITE for _, mask in events):
+                        try:
+                            view = view[sock.send(view[: 1 << 16]) :]
+                        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                            continue
+                        except OSError:
+                            sending = False  # the server hung up on the upload
+                            sel.modify(sock, selectors.EVENT_READ)
+                            continue
+                        if not view:
+                            self.sent += counted
+                            if counted:
+                                largest = max(largest, measure())
+                            nxt = next(chunks, None)
+                            if nxt is None:
+                                sending = False
+                                sel.modify(sock, selectors.EVENT_READ)
+                            else:
+                                view, counted = memoryview(nxt[0]), nxt[1]
             largest = max(largest, measure())
-            reader.join(timeout=30)
         status_line = self.answer.split(b"\r\n", 1)[0].decode("latin-1")
         assert status_line.startswith("HTTP/1.1 "), f"no HTTP answer: {self.answer[:200]!r}"
         return int(status_line.split()[1]), largest

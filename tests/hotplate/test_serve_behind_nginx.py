@@ -116,7 +116,11 @@ def test_an_upload_over_the_limit_is_refused_through_the_proxy(proxied):
     upload = ChunkedUpload(
         port, "/v1/renders", {"Authorization": f"Bearer {TOKEN}"}, 40 * MB, host=NAME, tls=tls
     )
-    status, largest = upload.run(lambda: held_bytes([nginx_pid], [temp]))
+    try:
+        status, largest = upload.run(lambda: held_bytes([nginx_pid], [temp]))
+    except AssertionError as no_answer:  # what nginx saw says which side lost the answer
+        log = (temp / "error.log").read_text()
+        raise AssertionError(f"{no_answer}; nginx's error log ends: {log[-2000:]}") from None
     log = (temp / "error.log").read_text()
     assert status == 413, (upload.answer[:300], log[-2000:])
     assert b"2 MB upload limit" in upload.answer  # hotplate's answer, relayed by nginx
