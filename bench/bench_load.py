@@ -47,6 +47,7 @@ import psutil
 import requests
 
 from harness import Bench, run_bench
+from hotplate.cli.common import invocation
 from hotplate.serve.records import dir_bytes
 
 ROUTES = ("render", "stream", "catalog", "thumbnail")
@@ -86,16 +87,7 @@ def make_world(root: Path, frames: int, size: tuple[int, int], clip_s: float) ->
 
 
 def cli(root: Path) -> list[str]:
-    personas, cache = root / "personas", root / "cache"
-    return [
-        sys.executable,
-        "-m",
-        "hotplate.cli",
-        "--personas",
-        str(personas),
-        "--cache",
-        str(cache),
-    ]
+    return invocation(root / "personas", root / "cache")
 
 
 class Server:

@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from cachestore.atomic import temp_beside
+from hotplate.cli.common import invocation
 
 DEMO = Path("demo")
 SENTENCE = "Hello, I am your presenter. This video was rendered entirely offline by hotplate."
@@ -61,15 +62,7 @@ def main(frames: int, seconds: float) -> None:
     make_persona(personas, frames)
     audio = out / "speech.wav"
     click.echo(f"speech: {make_speech(audio, seconds)} -> {audio}")
-    base = [
-        sys.executable,
-        "-m",
-        "hotplate.cli",
-        "--personas",
-        str(personas),
-        "--cache",
-        str(cache),
-    ]
+    base = invocation(personas, cache)
     shutil.rmtree(cache, ignore_errors=True)  # so the first render is cold
     for label, name in (
         ("cold (just-in-time precompile)", "pitch-cold.mp4"),

@@ -7,12 +7,23 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from hotplate.settings import Settings
+
+
+def invocation(personas: Path, cache: Path, *args: str) -> list[str]:
+    """The argv that runs `hotplate --personas P --cache C ARGS...` in a fresh process with
+    this interpreter (the demo, the tests and the benches start the CLI so)."""
+    return [sys.executable, "-m", "hotplate.cli", "--personas", str(personas)] + [
+        "--cache",
+        str(cache),
+        *args,
+    ]
 
 
 def settings_of(ctx: click.Context) -> Settings:

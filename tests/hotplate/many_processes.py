@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,16 +55,7 @@ def make_world(root: Path, n_frames: int = 6, seconds: float = 0.5) -> Path:
 
 
 def cli_args(world: Path, *args: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "hotplate.cli",
-        "--personas",
-        str(world / "personas"),
-        "--cache",
-        str(world / "cache"),
-        *args,
-    ]
+    return invocation(world / "personas", world / "cache", *args)
 
 
 def hotplate(

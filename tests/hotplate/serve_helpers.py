@@ -7,12 +7,12 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
+from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_still, write_wav
 
 SIZE = (270, 480)
@@ -51,8 +51,8 @@ class Server:
 
     def start(self) -> Server:
         self.log = open(self.root / f"serve-{self.port}.log", "wb")
-        cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(self.root / "personas")]
-        cmd += ["--cache", str(self.root / "cache"), "serve", "--port", str(self.port)]
+        cmd = invocation(self.root / "personas", self.root / "cache", "serve")
+        cmd += ["--port", str(self.port)]
         self.proc = subprocess.Popen(
             [*cmd, *self.args], cwd=self.root, env=self.env, stdout=self.log, stderr=self.log
         )

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hotplate.cli.common import invocation
 from pipeline.precompile.recipe import Recipe
 from watcher.daemon import Config, Daemon
 
@@ -207,16 +208,7 @@ def source_table(cache: Path, personas: Path) -> dict[str, dict]:
 def cli(personas: Path, cache: Path, *args: str, env: dict | None = None):
     """Run `hotplate --personas P --cache C ARGS...` in a fresh process (small max_frames)."""
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hotplate.cli",
-            "--personas",
-            str(personas),
-            "--cache",
-            str(cache),
-            *args,
-        ],
+        invocation(personas, cache, *args),
         cwd=ROOT,
         env={**os.environ, "HOTPLATE_MAX_FRAMES": "8", **(env or {})},
         capture_output=True,
