@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from hotplate.serve.admission import Slot, expected_start
+from hotplate.serve.config import auto_workers
 from tests.hotplate.serve_helpers import (
     Server,
     assert_problem,
@@ -129,8 +130,9 @@ def raw_post_headers_only(port: int, length: int) -> bytes:
 
 @pytest.mark.slow
 def test_busy_refuses_before_reading_the_body_and_live_closes_1013(world, tmp_path):
-    args = ("--workers", "1", "--max-wait", "1s", "--data", str(tmp_path / "jobs"))
-    with Server(world, *args) as srv, srv.client() as c:
+    args = ("--workers", "1", "--data", str(tmp_path / "jobs"))
+    # --max-wait from its environment variable, as a deployment's unit file sets it
+    with Server(world, *args, env={"HOTPLATE_MAX_WAIT": "1s"}) as srv, srv.client() as c:
         long = post_render(c, "/v1/renders", world / "long.wav").json()
         wait_state(c, long["id"], ("running",))
         # the estimate for a 120 s clip (no render measured yet: one second per second)
@@ -154,6 +156,16 @@ def test_busy_refuses_before_reading_the_body_and_live_closes_1013(world, tmp_pa
         # neither refusal made a job
         assert [r["id"] for r in c.get("/v1/renders").json()["renders"]] == [long["id"]]
         assert c.delete(f"/v1/renders/{long['id']}").status_code == 200
+
+
+def test_workers_auto_counts_the_cores_a_render_needs(world):
+    # warp renders at full speed on two cores (DESIGN, "--workers auto"); other renderers
+    # get one worker, whatever the cores
+    assert [auto_workers("warp", n) for n in (1, 2, 3, 8)] == [1, 1, 1, 4]
+    assert auto_workers("musetalk", 8) == 1
+    with Server(world, "--workers", "auto") as srv, srv.client() as c:
+        assert c.get("/readyz").json()["workers"] == auto_workers("warp")
+        assert f"({auto_workers('warp')} worker(s)," in srv.log_text()
 
 
 @pytest.mark.slow
