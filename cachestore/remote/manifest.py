@@ -80,6 +80,11 @@ RECORD: dict[str, tuple[bool, Callable[[Any], bool]]] = {
     "source": (False, lambda v: type(v) is str),
     "counts": (False, _str_map(lambda v: _int(v, -(1 << 62)))),
     "recipe": (False, _str_map(_scalar)),
+    # a mouth bank's record (`"kind": "bank"`, pipeline/precompile/run.py::_build_bank)
+    "kind": (False, lambda v: v == "bank"),
+    "entries": (False, _int),
+    "reason": (False, lambda v: type(v) is str),
+    "speech_share": (False, lambda v: _number(v) and 0 <= v <= 1),
 }
 # a stage record as the store keeps it (`sizes` is the puller's own: derived, not sent)
 STAGE: dict[str, tuple[bool, Callable[[Any], bool]]] = {
