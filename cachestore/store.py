@@ -365,8 +365,17 @@ class Store:
         except (*DAMAGE, lmdb.BadTxnError) as exc:  # a read txn goes bad only on a bad page
             raise self._damaged(exc) from exc
         finally:
-            txn.abort()
+            self._abort(txn)
             self._gate.leave()
+
+    def _abort(self, txn: lmdb.Transaction) -> None:
+        """End a transaction, unless this is a forked child unwinding one its parent opened
+        (a `with store.read()` around the fork, left by sys.exit): aborting it there would
+        mark the parent's slot in the shared reader table free, and writers would reuse the
+        pages under the parent's views. py-lmdb leaves such a transaction alone when it is
+        freed in the child."""
+        if os.getpid() == self.pid:
+            txn.abort()
 
     def write(self, fn: Any, nbytes: int = 0) -> Any:
         """Run fn(txn) in one write transaction; grow the map and retry when it is full.
@@ -398,7 +407,7 @@ class Store:
             txn.commit()
             return result
         except BaseException:
-            txn.abort()
+            self._abort(txn)
             raise
         finally:
             self._gate.leave()
