@@ -76,7 +76,8 @@ def encode(array: np.ndarray, **attrs: Any) -> bytes:
 
 
 # What a stored header may say: every field typed, so that damage to it is a CodecError
-# here and never a TypeError or KeyError further up (tests/cachestore/test_codec.py fuzzes it).
+# here and never a TypeError or KeyError further up (tests/integrity/test_flipped_bytes.py
+# flips every header byte).
 _FIELDS = {"v", "dtype", "shape", "xxh3", "attrs"}
 # dtype.str of what encode() writes: little-endian (or no order), a numeric, bool or
 # bytes/str kind, a size

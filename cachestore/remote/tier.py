@@ -212,7 +212,8 @@ def remote_key(cache: str | os.PathLike) -> bytes | None:
 def remote_for(store: Any, say: Callable[[str], None]) -> Remote | None:
     """The blob tier of this writable store, or None when none is set, it failed just now,
     or the store is read-only (nothing pulled could be written). A tier that cannot be
-    opened (a bad URL, a missing key file) is one warning line to `say`, and None."""
+    opened (a bad URL, an unknown scheme) is one warning line to `say`, and None; the
+    key (`remote_key`) is read by the push and the pull themselves."""
     try:
         url = remote_url(store.path)
         remote = None if url is None else open_remote(url)
