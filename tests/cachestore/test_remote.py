@@ -33,6 +33,7 @@ from pipeline.hot import hot_check
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
 from tests.cachestore.nginx import Nginx, free_port
+from tests.cachestore.test_map_growth import ROOT
 from tests.cachestore.tier_world import SOURCE
 from tests.integrity import cli
 
@@ -541,6 +542,39 @@ def test_gc_cannot_take_an_avatar_while_it_is_pushed(world, tier):
     assert open_store(world / "fresh").read_value("meta", "count:pushes") == 1
     forget_store(world / "fresh")
     pulled = cli.hotplate(world, world / "third", "pull", "--remote", tier.url)
+    assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stdout + pulled.stderr
+
+
+# gc in a process of its own, as `hotplate gc --grace 0` with nothing rooted: it frees
+# every avatar no lease holds
+GC_ALL = """
+import sys
+from cachestore.gc import collect
+from cachestore.store import open_store
+print(" ".join(collect(open_store(sys.argv[1]), roots=[], grace=0, max_size=1).freed))
+"""
+
+
+def test_gc_cannot_take_an_avatar_while_push_avatar_uploads_it(world, tier):
+    """push_avatar's own lease: gc runs once the push holds it (after the hand-over lease
+    of a build's push is gone) and must leave the avatar, whose push then completes."""
+    cache = world / "built"
+    avatar = avatar_key(cache)
+    store = open_store(cache)
+    freed: list[str] = []
+
+    def gc_now() -> None:
+        done = subprocess.run(
+            [sys.executable, "-c", GC_ALL, str(cache)], capture_output=True, text=True, cwd=ROOT
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        freed.extend(done.stdout.split())
+
+    report = push_avatar(store, open_remote(tier.url), avatar, on_leased=gc_now)
+    assert f"avatar:{avatar}" not in freed, "gc took the avatar mid-push"
+    assert report.sent > 0 and store.get_avatar(avatar) is not None
+    forget_store(cache)
+    pulled = cli.hotplate(world, world / "other", "pull", "--remote", tier.url)
     assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stdout + pulled.stderr
 
 
