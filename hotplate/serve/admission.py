@@ -204,5 +204,6 @@ async def refuse_socket(receive: Any, send: Any, busy: Busy) -> None:
     await send({"type": "websocket.accept"})
     message = {"type": "error", "detail": busy.detail, "retry_after": busy.retry_after}
     await send({"type": "websocket.send", "text": json.dumps(message)})
-    reason = f"busy; retry in {busy.retry_after} s"
+    why = {"draining": "shutting down", "queue_full": "queue full"}.get(busy.reason, "busy")
+    reason = f"{why}; retry in {busy.retry_after} s"
     await send({"type": "websocket.close", "code": TRY_AGAIN_LATER, "reason": reason})

@@ -3,6 +3,7 @@ new work gets 503 and /readyz says not ready, then the server exits 0; a second 
 stops at once, records the jobs as interrupted and leaves no partial file. A real server
 process on loopback; every wait is for an answer or a state, never a clock."""
 
+import json
 import signal
 import sqlite3
 import threading
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from tests.hotplate.serve_helpers import (
     Server,
@@ -21,6 +23,7 @@ from tests.hotplate.serve_helpers import (
     speech,
     worker_pids,
 )
+from tests.hotplate.stream_helpers import live_connect
 
 pytestmark = pytest.mark.slow
 
@@ -98,6 +101,14 @@ def test_sigterm_lets_a_render_and_a_stream_finish_whole_then_exits_0(world, tmp
             refused = post_render(c, "/v1/lip-sync", world / "ten.wav")
             assert_problem(refused, 503, "shutting down")
             assert int(refused.headers["retry-after"]) >= 1
+            # a live session is refused at its handshake too (1013, try again later)
+            with live_connect(srv.url) as ws:
+                said = json.loads(ws.recv(timeout=60))
+                with pytest.raises(ConnectionClosed) as closed:
+                    ws.recv(timeout=60)
+            assert closed.value.rcvd.code == 1013, closed.value.rcvd
+            assert closed.value.rcvd.reason.startswith("shutting down; retry in")
+            assert "shutting down" in said["detail"] and said["retry_after"] >= 1
 
             answer = render()
             assert answer.status_code == 200, answer.text
