@@ -70,7 +70,10 @@ def test_pick_a_persona_upload_a_wav_and_the_video_plays(server, tmp_path):
     assert (tmp_path / "studio.png").stat().st_size > 10_000
 
 
-def test_a_busy_server_shows_retry_in_n_s_and_the_page_retries_by_itself(server, tmp_path):
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole file", "streamed"])
+def test_a_busy_server_shows_retry_in_n_s_and_the_page_retries_by_itself(
+    server, tmp_path, streamed
+):
     from playwright.sync_api import sync_playwright
 
     root = server.root
@@ -94,7 +97,8 @@ def test_a_busy_server_shows_retry_in_n_s_and_the_page_retries_by_itself(server,
             page.goto(busy.url + "/")
             page.get_by_test_id("card-astro-navy").click()
             page.set_input_files("#audio", str(wav))
-            page.uncheck("#stream")
+            if not streamed:
+                page.uncheck("#stream")
             page.click("#render")
             page.wait_for_function(
                 "() => /^busy, retry in \\d+ s$/.test(document.getElementById('busy').textContent)",
@@ -105,7 +109,11 @@ def test_a_busy_server_shows_retry_in_n_s_and_the_page_retries_by_itself(server,
                 "() => document.getElementById('player').readyState >= 2", timeout=240_000
             )
             assert page.is_hidden("#busy") and page.inner_text("#error") == ""
+            kind = "stream" if streamed else "render"
+            if streamed:  # it plays from its first fragments: let it finish before closing
+                (job,) = [r for r in c.get("/v1/renders").json()["renders"] if r["kind"] == kind]
+                wait_state(c, job["id"], ("done",))
             browser.close()
         assert errors == []
         kinds = [(r["kind"], r["state"]) for r in c.get("/v1/renders").json()["renders"]]
-        assert kinds.count(("render", "done")) == 1  # the refusal made no job, the retry one
+        assert kinds.count((kind, "done")) == 1  # the refusal made no job, the retry one
