@@ -16,7 +16,6 @@ import pickle
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -27,6 +26,7 @@ from harness import Bench, run_bench
 
 from bench.bench_store import write_upstream_folder
 from cachestore.store import forget_store, open_store
+from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from pipeline.catalog import plan_for
 from pipeline.hot import load_assets
@@ -35,14 +35,9 @@ from pipeline.render.video import render_video
 
 
 def cli_render(tmp: Path, out: str) -> tuple[float, float]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "hotplate.cli",
-        "--personas",
-        str(tmp / "personas"),
-        "--cache",
-        str(tmp / "cache"),
+    cmd = invocation(
+        tmp / "personas",
+        tmp / "cache",
         "render",
         "--persona",
         "astro",
@@ -52,7 +47,7 @@ def cli_render(tmp: Path, out: str) -> tuple[float, float]:
         str(tmp / "a.wav"),
         "-o",
         str(tmp / out),
-    ]
+    )
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start

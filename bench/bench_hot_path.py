@@ -43,6 +43,7 @@ import numpy as np
 from harness import ROOT, Bench, run_bench
 
 from cachestore.store import forget_store, open_store
+from hotplate.cli.common import invocation
 from hotplate.demo_data import iter_loop_frames, make_speech_audio, write_loop_video, write_wav
 from pipeline.hot import load_assets
 
@@ -163,8 +164,7 @@ def first_fragments(tree: Path, root: Path, cache: Path, wav: Path, requests: in
 
     port = free_port()
     data = root / f"serve-data-{port}"
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(root / "personas")]
-    cmd += ["--cache", str(cache), "serve", "--port", str(port), "--workers", "1"]
+    cmd = invocation(root / "personas", cache, "serve", "--port", str(port), "--workers", "1")
     cmd += ["--data", str(data), "--max-audio-seconds", "600"]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     log = open(root / f"serve-{port}.log", "wb")  # noqa: SIM115 - closed below

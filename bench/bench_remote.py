@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -36,6 +35,7 @@ from cachestore.remote.pull import pull_avatar
 from cachestore.remote.push import push_avatar
 from cachestore.remote.tier import ENV, attach, open_remote
 from cachestore.store import forget_store, open_store
+from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from pipeline.catalog import plan_for
 from pipeline.lip_sync import LipSyncRequest, lip_sync
@@ -181,11 +181,10 @@ def fleet(bench: Bench, world: Path, nginx: Nginx) -> None:
     for i in range(args.loops):
         (root / "personas" / f"p{i}").mkdir(parents=True)
         loop(root / "personas" / f"p{i}" / "studio.mp4", n_frames=8, size=(540, 960), seed=i)
-    base = [sys.executable, "-m", "hotplate.cli", "--personas", str(root / "personas")]
     env = {**os.environ, ENV: nginx.url}
     one_s, one = timed(
         lambda: subprocess.run(
-            [*base, "--cache", str(root / "one"), "sync"], capture_output=True, text=True
+            invocation(root / "personas", root / "one", "sync"), capture_output=True, text=True
         )
     )
     if one.returncode:
@@ -194,7 +193,7 @@ def fleet(bench: Bench, world: Path, nginx: Nginx) -> None:
     try:
         ray_s, ray = timed(
             lambda: subprocess.run(
-                [*base, "--cache", str(root / "unused"), "sync", "--ray", cluster.address],
+                invocation(root / "personas", root / "unused", "sync", "--ray", cluster.address),
                 capture_output=True,
                 text=True,
                 env=env,
@@ -204,7 +203,7 @@ def fleet(bench: Bench, world: Path, nginx: Nginx) -> None:
             raise SystemExit(f"hotplate sync --ray failed: {ray.stderr.strip()}")
         again_s, again = timed(
             lambda: subprocess.run(
-                [*base, "--cache", str(root / "unused"), "sync", "--ray", cluster.address],
+                invocation(root / "personas", root / "unused", "sync", "--ray", cluster.address),
                 capture_output=True,
                 text=True,
                 env=env,

@@ -27,6 +27,7 @@ from cachestore.remote.tier import (
 )
 from cachestore.store import forget_store, open_store
 from cachestore.verify import verify
+from hotplate.cli.common import invocation
 from hotplate.demo_data import write_loop_video
 from pipeline.catalog import plan_for
 from pipeline.hot import hot_check
@@ -293,10 +294,9 @@ def push_from_two_stores_then_pull(world, url: str):
     """Two stores holding the same avatar push it to `url` at once (real CLI processes);
     a third store pulls it: returns that store, the avatar whole in it."""
     shutil.copytree(world / "built", world / "twin")  # a second store with the same avatar
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
     procs = [
         subprocess.Popen(
-            [*cmd, "--cache", str(world / c), "push", "--remote", url],
+            invocation(world / "personas", world / c, "push", "--remote", url),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -586,8 +586,9 @@ def test_a_push_outlives_its_builder_killed_with_minus_9(world, tier):
     import time
 
     env = {**os.environ, ENV: tier.url}
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
-    cmd += ["--cache", str(world / "fresh"), "precompile", str(world.joinpath(*SOURCE))]
+    cmd = invocation(
+        world / "personas", world / "fresh", "precompile", str(world.joinpath(*SOURCE))
+    )
     builder = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=world, env=env)
     try:
         deadline = time.monotonic() + 300

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from cachestore.remote.pull import pull_on_miss
 from cachestore.remote.tier import _REMOTES, TIMEOUT_ENV, ac_path, attach, sha256
 from cachestore.store import forget_store, open_store
+from hotplate.cli.common import invocation
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
 from tests.cachestore.seaweed import SeaweedFS
@@ -55,8 +55,7 @@ def url(tier) -> str:
 
 
 def push(world, cache, tier, *args, env=None):
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
-    cmd += ["--cache", str(cache), "push", "--remote", url(tier), *args]
+    cmd = invocation(world / "personas", cache, "push", "--remote", url(tier), *args)
     return subprocess.run(cmd, capture_output=True, text=True, cwd=world, env=env)
 
 

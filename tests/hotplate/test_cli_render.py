@@ -9,6 +9,7 @@ import textwrap
 import av
 import pytest
 
+from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 
 SIZE = (540, 960)
@@ -25,16 +26,7 @@ def world(tmp_path_factory):
 
 
 def hotplate(world, *args, check=False):
-    cmd = [
-        sys.executable,
-        "-m",
-        "hotplate.cli",
-        "--personas",
-        str(world / "personas"),
-        "--cache",
-        str(world / "cache"),
-        *args,
-    ]
+    cmd = invocation(world / "personas", world / "cache", *args)
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=world)
     if check and result.returncode:
         raise AssertionError(result.stderr)

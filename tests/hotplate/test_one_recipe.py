@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from tests.hotplate.serve_helpers import Server, post_render
 from tests.pipeline.parity_fixtures import save_upstream_models
@@ -55,9 +55,8 @@ def env_of(world: Path, **extra: str) -> dict[str, str]:
 
 
 def hotplate(world: Path, cache: Path, *args: str, **env: str) -> str:
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
     result = subprocess.run(
-        [*cmd, "--cache", str(cache), *args],
+        invocation(world / "personas", cache, *args),
         capture_output=True,
         text=True,
         cwd=world,

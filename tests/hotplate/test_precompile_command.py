@@ -8,6 +8,7 @@ import shlex
 from click.testing import CliRunner
 
 from hotplate.cli import RECIPE_FLAGS, cli, precompile_command
+from hotplate.cli.common import invocation
 from hotplate.settings import load_settings
 from pipeline.catalog import recipe_for
 from tests.pipeline.test_parity_recipe import upstream_files
@@ -60,7 +61,6 @@ def test_a_bbox_shift_flag_keeps_the_persona_face_hint(tmp_path):
     and the CLI keyed another avatar than the watcher."""
     import os
     import subprocess
-    import sys
 
     from cachestore.store import open_store
     from hotplate.demo_data import write_still
@@ -69,8 +69,9 @@ def test_a_bbox_shift_flag_keeps_the_persona_face_hint(tmp_path):
     folder.mkdir(parents=True)
     write_still(folder / "portrait.png", size=(270, 480))
     (folder / "persona.toml").write_text('face = "central"\nbbox_shift = 4\n')
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(tmp_path / "personas")]
-    cmd += ["--cache", str(tmp_path / "cache"), "precompile", str(folder / "portrait.png")]
+    cmd = invocation(
+        tmp_path / "personas", tmp_path / "cache", "precompile", str(folder / "portrait.png")
+    )
     env = {**os.environ, "HOME": str(tmp_path / "home")}
     result = subprocess.run([*cmd, "--bbox-shift", "2"], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr

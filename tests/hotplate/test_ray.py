@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -36,6 +35,7 @@ import httpx
 import pytest
 
 from cachestore.store import forget_store, open_store
+from hotplate.cli.common import invocation
 from tests.cachestore.nginx import Nginx
 from tests.hotplate.serve_helpers import free_port, make_world, speech
 
@@ -129,8 +129,7 @@ def hotplate_env(cluster, **extra: str) -> dict[str, str]:
 def served(cluster):
     """The real `hotplate serve --ray` CLI, two replicas, one per node."""
     root, port = cluster["root"], free_port()
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(root / "personas")]
-    cmd += ["--cache", str(root / "driver-cache"), "serve", "--port", str(port)]
+    cmd = invocation(root / "personas", root / "driver-cache", "serve", "--port", str(port))
     cmd += ["--ray", cluster["address"], "--replicas", "2", "--per-node", "1"]
     log = open(root / "serve.log", "wb")
     env = hotplate_env(cluster, HOTPLATE_TOKEN=TOKEN)
@@ -399,8 +398,7 @@ def test_a_wait_for_another_nodes_build_ends_at_flight_wait(cluster, tmp_path, m
 
 def test_sync_on_ray_pushes_what_it_builds(cluster):
     root = cluster["root"]
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(root / "personas")]
-    cmd += ["--cache", str(root / "driver-cache"), "sync", "--ray", cluster["address"]]
+    cmd = invocation(root / "personas", root / "driver-cache", "sync", "--ray", cluster["address"])
     result = subprocess.run(
         cmd, cwd=root, env=hotplate_env(cluster), capture_output=True, text=True, timeout=600
     )
@@ -409,10 +407,13 @@ def test_sync_on_ray_pushes_what_it_builds(cluster):
     assert "[6/6]" in result.stderr, result.stderr  # five loops and the portrait
     # every file is on the tier now: a fresh store pulls them all, building none
     pull = subprocess.run(
-        [sys.executable, "-m", "hotplate.cli", "--personas", str(root / "personas"),
-         "--cache", str(root / "fresh"), "pull"],
-        cwd=root, env=hotplate_env(cluster), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        invocation(root / "personas", root / "fresh", "pull"),
+        cwd=root,
+        env=hotplate_env(cluster),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert pull.returncode == 0, pull.stderr
     assert "6 pulled" in pull.stdout, pull.stdout
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
+
+from hotplate.cli.common import invocation
 
 
 def hotplate(root: Path, cache: Path, *args: str) -> subprocess.CompletedProcess:
     """`hotplate --personas root/personas --cache cache ARGS`, output captured."""
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(root / "personas")]
-    cmd += ["--cache", str(cache), *args]
+    cmd = invocation(root / "personas", cache, *args)
     return subprocess.run(cmd, capture_output=True, text=True, cwd=root)
 
 

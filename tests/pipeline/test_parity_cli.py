@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
 from tests.hotplate.test_cli_render import render_args
 from tests.pipeline.parity_fixtures import save_upstream_models
@@ -42,8 +42,7 @@ def world(tmp_path_factory):
 
 
 def hotplate(world, *args):
-    cmd = [sys.executable, "-m", "hotplate.cli", "--personas", str(world / "personas")]
-    cmd += ["--cache", str(world / "cache"), "--models", str(world / "models"), *args]
+    cmd = invocation(world / "personas", world / "cache", "--models", str(world / "models"), *args)
     repo = str(Path(__file__).resolve().parents[2])  # this checkout's code in the child
     env = {**os.environ, "HOME": str(world / "home"), "PYTHONPATH": repo}
     env["TORCH_HOME"] = str(world / "torch")
