@@ -534,10 +534,9 @@ def outside_psnr(a_path: Path, b_path: Path, assets, n: int) -> tuple[float, flo
 
 def main(bench: Bench) -> None:
     args = bench.args
-    loops = [24] if bench.quick else [int(v) for v in args.loops.split(",")]
-    sizes = ["720x1280"] if bench.quick else args.sizes.split(",")
-    seconds = 3.0 if bench.quick else args.seconds
-    bank_seconds = 1.2 if bench.quick else args.bank_seconds
+    loops = [int(v) for v in args.loops.split(",")]
+    sizes = args.sizes.split(",")
+    seconds, bank_seconds = args.seconds, args.bank_seconds
     with tempfile.TemporaryDirectory(prefix="hot-path-") as tmp:
         tmp = Path(tmp)
         try:
@@ -708,4 +707,5 @@ def main(bench: Bench) -> None:
 
 
 if __name__ == "__main__":
-    run_bench(main, __doc__, add_arguments)
+    quick = {"loops": "24", "sizes": "720x1280", "seconds": 3.0, "bank_seconds": 1.2}
+    run_bench(main, __doc__, add_arguments, quick=quick)

@@ -433,13 +433,9 @@ def stop_on_signals() -> None:
 def main(bench: Bench) -> None:
     stop_on_signals()
     a = bench.args
-    quick = bench.quick
-    levels = [1, 2] if quick else [int(x) for x in a.levels.split(",")]
-    level_s = 5.0 if quick else a.level_seconds
-    soak_min = 20 / 60 if quick else a.soak_minutes
-    frames = 8 if quick else a.loop_frames
-    w, h = (270, 480) if quick else (int(x) for x in a.resolution.lower().split("x"))
-    keep = "10s" if quick else a.keep_videos
+    levels = [int(x) for x in a.levels.split(",")]
+    level_s, soak_min, frames, keep = a.level_seconds, a.soak_minutes, a.loop_frames, a.keep_videos
+    w, h = (int(x) for x in a.resolution.lower().split("x"))
     inputs = {"loop_frames": frames, "resolution": f"{w}x{h}", "audio_seconds": a.clip_seconds,
               "renderer": "warp", "recipe": "default", "workers": a.workers}  # fmt: skip
     print(f"load average at start: {os.getloadavg()}", flush=True)
@@ -467,7 +463,7 @@ def main(bench: Bench) -> None:
                     failed += [f"{label}, {editors}: {f}" for f in tally.failed]
                     print(f"  load average: {os.getloadavg()[0]:.2f}", flush=True)
             tally = soak(bench, servers["admission"], soak_min, a.soak_editors,
-                         2.0 if quick else a.sample_seconds, clip, a.clip_seconds, inputs)  # fmt: skip
+                         a.sample_seconds, clip, a.clip_seconds, inputs)  # fmt: skip
             failed += [f"soak: {f}" for f in tally.failed]
         finally:
             for s in servers.values():
@@ -479,5 +475,7 @@ def main(bench: Bench) -> None:
 
 
 if __name__ == "__main__":
-    run_bench(main, __doc__, add_arguments)
+    quick = {"levels": "1,2", "level_seconds": 5.0, "soak_minutes": 20 / 60, "loop_frames": 8}
+    quick |= {"sample_seconds": 2.0, "resolution": "270x480", "keep_videos": "10s"}
+    run_bench(main, __doc__, add_arguments, quick=quick)
     sys.exit(1 if FAILURES else 0)  # a failed request fails the run, after the figures

@@ -274,7 +274,7 @@ def speed(bench: Bench, fx, Old, work: Path) -> None:
 
     frames = 24 if bench.quick else LOOP
     seconds = 2.0 if bench.quick else 20.0
-    clip_seconds = 2.0 if bench.quick else bench.args.clip_seconds
+    clip_seconds = bench.args.clip_seconds
     store = open_store(work / "speed-store")
     try:
         loop = write_loop_video(work / "loop.mp4", n_frames=frames, size=(1080, 1920))
@@ -411,4 +411,4 @@ def main(bench: Bench) -> None:
 
 
 if __name__ == "__main__":
-    run_bench(main, __doc__, add_arguments)
+    run_bench(main, __doc__, add_arguments, quick={"clip_seconds": 2.0})

@@ -279,6 +279,13 @@ class Bench:
         }
 
 
+def _shown(value: Any) -> str:
+    """An option's value as it would be typed: 0.333 for 20 / 60, `12 24` for [12, 24]."""
+    if isinstance(value, list):
+        return " ".join(map(_shown, value))
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
 def run_bench(
     main: Callable[[Bench], None],
     doc: str | None,
@@ -308,7 +315,7 @@ def run_bench(
         ap.epilog = (
             (ap.epilog or "")
             + "\n--quick sets: "
-            + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in quick.items())
+            + ", ".join(f"--{k.replace('_', '-')} {_shown(v)}" for k, v in quick.items())
         )
     args = ap.parse_args(argv)
     if args.quick and quick:
