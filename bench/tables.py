@@ -1,6 +1,7 @@
 """The README's benchmark tables, generated from the benches' JSON results.
 
     .venv/bin/python bench/tables.py [--results bench/results] [--readme README.md] [--check]
+                                     [--only NAME ...]
 
 README.md marks each table with a pair of comments naming a bench (the file
 bench/bench_NAME.py, whose `--json` result is RESULTS/NAME.json):
@@ -166,8 +167,9 @@ def section(name: str, results: Path) -> str:
     return f"{note}\n{run_line(result)}\n\n{table(result)}\n"
 
 
-def render(readme: str, results: Path) -> str:
-    """README text with every marked section regenerated from `results`."""
+def render(readme: str, results: Path, only: set[str] | None = None) -> str:
+    """README text with every marked section (or those named in `only`) regenerated from
+    `results`; the others are left as they are."""
     opened = OPENER.findall(readme)
     closed = set(re.findall(r"<!-- /bench:([a-z0-9_]+) -->", readme))
     unclosed = [n for n in opened if n not in closed]
@@ -176,7 +178,16 @@ def render(readme: str, results: Path) -> str:
             f"README.md opens <!-- bench:{unclosed[0]} --> and never closes it; "
             f"add <!-- /bench:{unclosed[0]} --> after it"
         )
-    return SECTION.sub(lambda m: f"{m['open']}\n{section(m['name'], results)}{m['close']}", readme)
+    unknown = sorted((only or set()) - set(opened))
+    if unknown:
+        raise TablesError(f"README.md has no <!-- bench:{unknown[0]} --> section")
+
+    def one(m: re.Match) -> str:
+        if only is not None and m["name"] not in only:
+            return m[0]
+        return f"{m['open']}\n{section(m['name'], results)}{m['close']}"
+
+    return SECTION.sub(one, readme)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,14 +196,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help="rewrite only these benches' sections (a checkout holds only the results run "
+        "in it: the others keep the tables they have)",
+    )
     args = ap.parse_args(argv)
     try:
         before = args.readme.read_text()
-        after = render(before, args.results)
+        after = render(before, args.results, set(args.only) if args.only else None)
     except (OSError, TablesError) as e:
         print(f"bench tables: {e}", file=sys.stderr)
         return 2
-    names = SECTION.findall(before)
+    names = args.only or SECTION.findall(before)
     if args.check:
         if after != before:
             print(f"bench tables: {args.readme} is stale; run `just bench-tables`")

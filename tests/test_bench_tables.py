@@ -127,6 +127,20 @@ def test_no_result_no_figure(tmp_path):
     assert "No result yet" in body and "|" not in body
 
 
+def test_only_the_named_sections_are_rewritten(tmp_path, capsys):
+    write(tmp_path, result())
+    out = tables.render(README, tmp_path, only={"stream"})
+    assert "44.8 frames/s" in between(out, "stream")
+    assert between(out, "render") == between(README, "render")  # no result here: kept
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    args = ["--results", str(tmp_path), "--readme", str(readme)]
+    assert tables.main([*args, "--only", "nothing"]) == 2
+    assert "no <!-- bench:nothing --> section" in capsys.readouterr().err
+    assert tables.main([*args, "--only", "stream"]) == 0
+    assert readme.read_text() == out
+
+
 def test_a_quick_run_is_never_shown(tmp_path):
     write(tmp_path, result(quick=True))
     body = between(tables.render(README, tmp_path), "stream")
