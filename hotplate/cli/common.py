@@ -19,11 +19,8 @@ from hotplate.settings import Settings
 def invocation(personas: Path, cache: Path, *args: str) -> list[str]:
     """The argv that runs `hotplate --personas P --cache C ARGS...` in a fresh process with
     this interpreter (the demo, the tests and the benches start the CLI so)."""
-    return [sys.executable, "-m", "hotplate.cli", "--personas", str(personas)] + [
-        "--cache",
-        str(cache),
-        *args,
-    ]
+    folders = ["--personas", str(personas), "--cache", str(cache)]
+    return [sys.executable, "-m", "hotplate.cli", *folders, *args]
 
 
 def settings_of(ctx: click.Context) -> Settings:
