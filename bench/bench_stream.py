@@ -1,14 +1,16 @@
 """Streaming: time to the first fragment, live latency, and a hot 1080x1920 warp render's
-speed streamed and whole-file, against today's renderer on the same avatar in the same run.
+speed streamed and whole-file, against today's renderer on the same loop in the same run.
 
     .venv/bin/python bench/bench_stream.py [--seconds 20] [--frames 250] [--live-seconds 10]
         [--baseline-ref 3d0c64b] [--skip-http]
 
 Setup: a generated 1080x1920 loop of `--frames` frames is precompiled into a real store.
-Then, each on the same avatar and the same `--seconds` of generated speech:
+Then, each on that loop and the same `--seconds` of generated speech:
 
 - baseline: `render_video` as it was at `--baseline-ref` (the renderer before the
-  streaming work: `git archive` of that commit, run in a subprocess on the same store);
+  streaming work: `git archive` of that commit, run in a subprocess), on that tree's own
+  precompile of the same loop in a store of its own (not timed): a store today's code
+  built holds frames in a format the old renderer cannot read;
 - whole file: today's `render_video` (MP4, superfast);
 - streamed in process: `render_video` with a fragment sink (fMP4, superfast +
   zerolatency): frames/s and the time from the call to the first fragment;
@@ -51,14 +53,20 @@ from pipeline.precompile.run import precompile
 
 BASELINE_REF = "3d0c64b"  # main before issue 18 (streaming, the faster hot path)
 
+# The baseline's own precompile (its store, its decode format and landmarks) and render:
+# a store that today's code built holds frames in a format the old renderer cannot read.
 BASELINE = r"""
 import json, resource, sys, time
 from pathlib import Path
+import numpy as np
 from cachestore.store import open_store
 from pipeline.hot import load_assets
+from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.run import precompile
 from pipeline.render.video import render_video
 store = open_store(Path(sys.argv[1]))
-assets = load_assets(store, sys.argv[2])
+assets = load_assets(store, precompile(Path(sys.argv[2]), Recipe(), store).avatar)
+np.save(sys.argv[5], np.asarray(assets.mask_boxes))  # where the old mouth was drawn
 r0 = resource.getrusage(resource.RUSAGE_SELF)
 rep = render_video(assets, sys.argv[3], sys.argv[4])
 r1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -76,9 +84,11 @@ def line(label: str, frames: int, wall: float, cpu: float, extra: str = "") -> N
 
 
 def baseline(
-    bench: Bench, ref: str, tmp: Path, cache: Path, avatar: str, wav: Path, out: Path
+    bench: Bench, ref: str, tmp: Path, cache: Path, video: Path, wav: Path, out: Path
 ) -> dict:
-    """Today's renderer: the tree at `ref`, in its own process, on the same store."""
+    """Today's renderer: the tree at `ref`, in its own process, on the same loop, which it
+    precompiles into a store of its own first (not timed). Its mask boxes are saved
+    beside `out` (.npy) for the PSNR outside both sides' mouths."""
     tree = tmp / f"baseline-{ref}"
     known = subprocess.run(
         ["git", "-C", str(ROOT), "cat-file", "-e", f"{ref}^{{commit}}"], capture_output=True
@@ -97,7 +107,8 @@ def baseline(
         tar.extractall(tree, filter="data")
     env = {**os.environ, "PYTHONPATH": str(tree)}
     res = subprocess.run(
-        [sys.executable, "-c", BASELINE, str(cache), avatar, str(wav), str(out)],
+        [sys.executable, "-c", BASELINE, str(cache), str(video), str(wav), str(out)]
+        + [str(out.with_suffix(".npy"))],
         check=True,
         capture_output=True,
         text=True,
@@ -152,8 +163,11 @@ def breakdown(assets, n: int = 50) -> dict:
     return out
 
 
-def psnr_outside_mouth(a_path: Path, b_path: Path, assets, idxs) -> tuple[float, float, int]:
-    """(min, mean) PSNR in dB of b's frames against a's, outside the blend squares."""
+def psnr_outside_mouth(
+    a_path: Path, b_path: Path, assets, idxs, a_boxes: np.ndarray
+) -> tuple[float, float, int]:
+    """(min, mean) PSNR in dB of b's frames against a's, outside both sides' blend squares
+    (`assets.mask_boxes` for b, `a_boxes` for a: their landmarks may differ)."""
     import av
 
     def frames(p: Path):
@@ -165,8 +179,9 @@ def psnr_outside_mouth(a_path: Path, b_path: Path, assets, idxs) -> tuple[float,
     for t, (fa, fb) in enumerate(zip(frames(a_path), frames(b_path), strict=False)):
         i = idxs[t]
         keep = np.ones(fa.shape[:2], bool)
-        x1, y1, x2, y2 = (int(v) for v in assets.mask_boxes[i])
-        keep[max(y1, 0) : max(y2, 0), max(x1, 0) : max(x2, 0)] = False
+        for box in (assets.mask_boxes[i], a_boxes[i]):
+            x1, y1, x2, y2 = (int(v) for v in box)
+            keep[max(y1, 0) : max(y2, 0), max(x1, 0) : max(x2, 0)] = False
         vals.append(min(psnr(fa, fb, keep), 99.0))  # 99: identical outside the mouth
     return min(vals), float(np.mean(vals)), len(vals)
 
@@ -216,7 +231,9 @@ def main(bench: Bench) -> None:
             http_and_live(bench, tmp, args, inputs)
             return
         print(f"\nhot warp render, {args.seconds:g} s at 25 fps:")
-        base = baseline(bench, args.baseline_ref, tmp, tmp / "cache", avatar, wav, tmp / "base.mp4")
+        base = baseline(
+            bench, args.baseline_ref, tmp, tmp / "base-cache", video, wav, tmp / "base.mp4"
+        )
         line(f"baseline ({args.baseline_ref})", base["frames"], base["wall"], base["cpu"])
 
         cpu = cpu_seconds()
@@ -245,7 +262,7 @@ def main(bench: Bench) -> None:
         )
         stream_fps = rep.frames / rep.wall_seconds
         base_fps = base["frames"] / base["wall"]
-        old = f"today's renderer (render_video at {args.baseline_ref}, same avatar, same run)"
+        old = f"today's renderer (render_video at {args.baseline_ref}, same loop, same run)"
         bench.figure(
             "hot warp render, streamed (fMP4, in process)",
             stream_fps,
@@ -284,8 +301,13 @@ def main(bench: Bench) -> None:
         )
 
         idxs = schedule(rep.frames, assets.n_frames).tolist()
-        lo, mean, n = psnr_outside_mouth(tmp / "base.mp4", tmp / "stream.mp4", assets, idxs)
-        lo_w, mean_w, _ = psnr_outside_mouth(tmp / "base.mp4", tmp / "whole.mp4", assets, idxs)
+        old_boxes = np.load(tmp / "base.npy")
+        lo, mean, n = psnr_outside_mouth(
+            tmp / "base.mp4", tmp / "stream.mp4", assets, idxs, old_boxes
+        )
+        lo_w, mean_w, _ = psnr_outside_mouth(
+            tmp / "base.mp4", tmp / "whole.mp4", assets, idxs, old_boxes
+        )
         for which, value, whole in (("worst frame", lo, lo_w), ("mean", mean, mean_w)):
             bench.figure(
                 f"PSNR outside the mouth, streamed vs the baseline's frames, {which}",
