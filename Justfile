@@ -82,7 +82,7 @@ bench-quick: setup
     echo "bench-quick: ${#times[@]} benches in ${total} s, load average $(cut -d' ' -f1-3 /proc/loadavg) at end"
     if [ ${#failed[@]} -gt 0 ]; then echo "bench-quick: failed: ${failed[*]}" >&2; exit 1; fi
 
-# rewrite README.md's benchmark tables from bench/results/*.json (see bench/tables.py); names: only those benches' sections
+# rewrite docs/benchmarks.md's tables from bench/results/*.json (see bench/tables.py); names: only those benches' sections
 bench-tables *NAMES: setup
     {{py}} bench/tables.py {{ if NAMES == "" { "" } else { "--only " + NAMES } }}
 

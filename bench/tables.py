@@ -1,9 +1,9 @@
-"""The README's benchmark tables, generated from the benches' JSON results.
+"""The manual's benchmark tables (docs/benchmarks.md), generated from the benches' JSON results.
 
-    .venv/bin/python bench/tables.py [--results bench/results] [--readme README.md] [--check]
+    .venv/bin/python bench/tables.py [--results bench/results] [--readme docs/benchmarks.md] [--check]
                                      [--only NAME ...]
 
-README.md marks each table with a pair of comments naming a bench (the file
+docs/benchmarks.md marks each table with a pair of comments naming a bench (the file
 bench/bench_NAME.py, whose `--json` result is RESULTS/NAME.json):
 
     <!-- bench:stream -->
@@ -15,7 +15,7 @@ average at start, end and highest) and a table of its figures: value, baseline (
 with its value), the ratio, the loop length and the other inputs. A section whose result
 is missing, or is a `--quick` smoke run (its timings mean nothing), gets one line saying
 so and no figure: a figure with no result behind it does not appear. `--check` changes
-nothing and exits 1 when README.md is not what the results make (CI-friendly).
+nothing and exits 1 when the page is not what the results make (CI-friendly).
 """
 
 from __future__ import annotations
@@ -175,12 +175,12 @@ def render(readme: str, results: Path, only: set[str] | None = None) -> str:
     unclosed = [n for n in opened if n not in closed]
     if unclosed:
         raise TablesError(
-            f"README.md opens <!-- bench:{unclosed[0]} --> and never closes it; "
+            f"the page opens <!-- bench:{unclosed[0]} --> and never closes it; "
             f"add <!-- /bench:{unclosed[0]} --> after it"
         )
     unknown = sorted((only or set()) - set(opened))
     if unknown:
-        raise TablesError(f"README.md has no <!-- bench:{unknown[0]} --> section")
+        raise TablesError(f"the page has no <!-- bench:{unknown[0]} --> section")
 
     def one(m: re.Match) -> str:
         if only is not None and m["name"] not in only:
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0], epilog=__doc__)
     ap.formatter_class = argparse.RawDescriptionHelpFormatter
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
-    ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    ap.add_argument("--readme", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
     ap.add_argument(
         "--only",

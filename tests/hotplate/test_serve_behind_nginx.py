@@ -17,14 +17,14 @@ from tests.hotplate.serve_attacks import MB, ChunkedUpload, held_bytes
 from tests.hotplate.serve_helpers import Server, assert_problem, free_port, make_world
 
 pytestmark = pytest.mark.slow
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
 NAME = "studio.example.com"
 TOKEN = "token-behind-nginx"
 
 
 def readme_nginx_block() -> str:
     text = README.read_text()
-    section = text[text.index("### Behind a reverse proxy with TLS") :]
+    section = text[text.index("## Behind a reverse proxy with TLS") :]
     return re.search(r"```nginx\n(.*?)```", section, re.S).group(1)
 
 
