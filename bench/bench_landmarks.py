@@ -12,7 +12,7 @@
    onnxruntime (converted at load with tflite2onnx): milliseconds per face (three passes),
    load time, the largest difference between their meshes, and the size each adds to an
    install beyond what hotplate already needs.
-3. Accuracy on the test faces (tests/faces), judged by the referee (dlib's 68 points, on
+3. Accuracy on the test faces (testkit/faces.py), judged by the referee (dlib's 68 points, on
    the upright source, carried through each variant's map): the median lip error
    (corners and inner lips) per face, as a fraction of the inter-ocular distance, the
    fitted-68 as the baseline in the same run.
@@ -143,13 +143,13 @@ def runtimes(bench: Bench, samples, detector) -> None:
 
 
 def faces_box(sample, detector):
-    from tests import faces
+    from testkit import faces
 
     return faces.face_box(sample, detector)
 
 
 def accuracy(bench: Bench, samples, detector) -> None:
-    from tests.faces.referee import lip_error
+    from testkit.referee import lip_error
 
     new, old = load_landmarker("facemesh", None), load_landmarker(OLD, None)
     per_face: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
@@ -179,7 +179,7 @@ def mouth_sheet(path: Path, samples, detector, columns: int = 6) -> None:
 
     from pipeline.nets import mesh_topology as topo
     from pipeline.nets.facemesh import FaceMeshLandmarker
-    from tests.faces.referee import lip_error
+    from testkit.referee import lip_error
 
     model, tiles, side = FaceMeshLandmarker(), [], 300
     contours = (
@@ -218,9 +218,9 @@ def mouth_sheet(path: Path, samples, detector, columns: int = 6) -> None:
 
 def main(bench: Bench) -> None:
     try:
-        from tests import faces
+        from testkit import faces
     except ImportError:
-        bench.missing("the test faces (tests/faces), run from the checkout")
+        bench.missing("the test faces (testkit/faces.py), run from the checkout")
     detector = load_detector("retinaface")
     if bench.quick:
         samples = faces.samples(("astronaut", "grace_hopper"), ("upright", "roll-30"))

@@ -5,9 +5,9 @@
 The baseline is the renderer this change replaced, run in the same process: the warp
 renderer of commit BASELINE (its file read from git, on the landmarks it ran with then,
 68 points fitted to RetinaFace's five). Everything is judged by the referee (dlib's 68
-points, tests/faces/referee.py), never by the project's own landmarks.
+points, testkit/referee.py), never by the project's own landmarks.
 
-1. Placement, per test face (tests/faces, upright): the open mouth found in the image
+1. Placement, per test face (testkit/faces.py, upright): the open mouth found in the image
    (dark, made darker, or between the referee's inner lips), its centroid's offset from
    the referee's inner-lip line and its share inside the outer lips, in mouth widths, on
    the frames where the mouth is open; and a sheet per face (`--sheets`, PNG): 2x mouth
@@ -247,7 +247,7 @@ def bank(bench: Bench, faces, fx, wav, work: Path) -> None:
             baseline_value=r_proc,
             inputs={"frames": n, "clip": "grace_hopper + espeak-ng, known warp"},
         )
-        from tests.faces.referee import referee_points
+        from testkit.referee import referee_points
 
         pts = referee_points(source[0])
         x1, y1, x2, y2 = crop_box(pts, source[0].shape)
@@ -387,13 +387,13 @@ def _without_bank(assets):
 
 def main(bench: Bench) -> None:
     try:
-        from tests import faces
-        from tests.pipeline import mouth_fixtures as fx
+        from testkit import faces
+        from testkit import mouth_fixtures as fx
     except ImportError:
-        bench.missing("the test faces and fixtures (tests/), run from the checkout")
+        bench.missing("the test faces and fixtures (testkit/), run from the checkout")
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores)")
     from pipeline.render.renderers.warp import WarpRenderer
-    from tests.pipeline.render_fixtures import speech
+    from testkit.render_fixtures import speech
 
     Old = old_renderer(bench)
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,7 +9,7 @@ the UNet from upstream's musetalk.json (SD 1.x's UNet with 8 input channels and
 cross-attention 384, reconstructed below: the file is not in the snapshot), the
 sd-vae-ft-mse AutoencoderKL and whisper-tiny. `--unet-width` and `--vae-width` narrow the
 UNet and the VAE (the same architectures; --quick does). The avatar is 8 synthetic
-1080x1920 frames with their crops and masks (tests/pipeline/render_fixtures.py's
+1080x1920 frames with their crops and masks (testkit/render_fixtures.py's
 build_assets) and random latents. It runs the renderer's own code path
 (`MuseTalkRenderer.audio_tokens` and `.faces`, `paste_face`, Mp4Writer) on every frame
 (speech throughout: the UNet draws each one), and records frames/s and each step's
@@ -127,7 +127,7 @@ def main(bench: Bench) -> None:
     from pipeline.nets.vae import decode_latents, load_vae
     from pipeline.render.encode import Mp4Writer
     from pipeline.render.renderers.musetalk import MuseTalkRenderer, paste_face
-    from tests.pipeline.render_fixtures import FULL, build_assets
+    from testkit.render_fixtures import FULL, build_assets
 
     args = bench.args
     print(f"torch threads: {torch.get_num_threads()}; device {args.device}")

@@ -1,7 +1,7 @@
 """What does the blob tier buy, and what does it cost? Run: python bench/bench_remote.py
 
 Side by side in one run, on this machine, against a real nginx on loopback (Debian's
-nginx-light with `dav_methods PUT`, started by the tests' tests/cachestore/nginx.py);
+nginx-light with `dav_methods PUT`, started by testkit/nginx.py);
 nothing is asserted about speed:
 
 a) baseline: JIT precompile of a 150-frame 1080x1920 loop into a fresh store (what a
@@ -41,7 +41,7 @@ from pipeline.catalog import plan_for
 from pipeline.lip_sync import LipSyncRequest, lip_sync
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
-from tests.cachestore.nginx import Nginx
+from testkit.nginx import Nginx
 
 
 def hot_render(store, world: Path, out: Path) -> float:

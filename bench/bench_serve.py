@@ -18,8 +18,8 @@ For one hot avatar (a 540x960 loop, 16 frames) and a `--clip-seconds` speech cli
    seconds and peak traced memory of each.
 
 Requests go only to 127.0.0.1 and are bounded (--requests per concurrency level). The
-servers and the hostile FLACs come from the tests' helpers (tests/hotplate/
-serve_helpers.py, serve_attacks.py), so the bench drives the server as the tests do.
+servers and the hostile FLACs come from what the tests use too (testkit/serve_helpers.py,
+serve_attacks.py), so the bench drives the server as the tests do.
 Figures only; asserts nothing about speed.
 """
 
@@ -39,7 +39,7 @@ from pathlib import Path
 from harness import Bench, run_bench
 
 from hotplate import demo_data as synthetic
-from tests.hotplate.serve_helpers import Server, post_render
+from testkit.serve_helpers import Server, post_render
 
 SIZE = (540, 960)
 FRAMES = 16
@@ -273,7 +273,7 @@ def audio_check_cost(bench: Bench, root: Path, hours: float, limit_s: float) -> 
     from hotplate.serve.problems import Problem
     from hotplate.serve.uploads import check_audio
     from pipeline.render.audio import load_audio
-    from tests.hotplate.serve_attacks import hide_flac_length, write_flac
+    from testkit.serve_attacks import hide_flac_length, write_flac
 
     bomb = write_flac(root / "bomb.flac", hours * 3600)
     hidden = hide_flac_length(write_flac(root / "hidden.flac", 2 * limit_s, noise=True))

@@ -337,8 +337,8 @@ def main(bench: Bench) -> None:
 
 
 def http_and_live(bench: Bench, tmp: Path, args, inputs: dict) -> None:
-    from tests.hotplate.serve_helpers import Server, wait_state
-    from tests.hotplate.stream_helpers import Boxes, live_session, pcm16
+    from testkit.serve_helpers import Server, wait_state
+    from testkit.stream_helpers import Boxes, live_session, pcm16
 
     root = tmp
     with Server(root, "--workers", "1", "--max-audio-seconds", "600") as srv:

@@ -29,10 +29,9 @@ Rules the harness enforces, so that figures cannot rot:
   a figure taken beside other work must say so.
 
 Benches import only public names of the project (tests/test_benches.py reads every import
-and attribute, so a moved module fails the suite). Some import fixtures from tests/ that
-start real components or build inputs (tests/cachestore/nginx.py, tests/hotplate/
-serve_helpers.py, ...): benches run from a checkout, where tests/ is, and the same check
-covers those names. Timing helpers shared by benches are here: `timed`, `best_of`,
+and attribute, so a moved module fails the suite). Some import testkit/ (what the tests
+share with the benches: testkit/nginx.py, testkit/serve_helpers.py, ...), never tests/; the
+same check covers those names. Timing helpers shared by benches are here: `timed`, `best_of`,
 `median_of`, `cpu_seconds`, `psnr`.
 """
 
@@ -58,7 +57,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # benches import the project (and tests/) from the checkout
+    sys.path.insert(0, str(ROOT))  # benches import the project (and testkit/) from the checkout
 # A bench run as a script imports this as `harness`; one bench importing another, or the
 # tests, may reach it as `bench.harness`: one module under both names, so that
 # MissingPrecondition raised under one name is caught under the other.

@@ -37,7 +37,7 @@ NOSE_TIP = 1
 # iBUG-300W's 68 points, each the mean of the mesh points listed (one point where the
 # mesh has one there; the brows are the middle of the mesh's upper and lower brow
 # edges). Chosen once, on the contours above, by the median distance to the referee's
-# points (dlib, tests/faces/referee.py) on the astronaut, Grace Hopper and Takeo
+# points (dlib, testkit/referee.py) on the astronaut, Grace Hopper and Takeo
 # Kanade test faces; every other test face was held out.
 IBUG68: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...] = (
     ("jaw", (  # 0-16, the subject's right ear to the left, the chin at 8

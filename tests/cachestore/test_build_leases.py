@@ -168,7 +168,7 @@ def test_a_failed_builds_rollback_spares_stages_another_build_leased(tmp_path):
 def test_bf16_latents_get_keys_of_their_own(monkeypatch, tmp_path):
     from pipeline.precompile.plan import plan
     from pipeline.precompile.recipe import Recipe
-    from tests.pipeline.render_fixtures import tiny_sd_vae
+    from testkit.render_fixtures import tiny_sd_vae
 
     tiny_sd_vae().save_pretrained(tmp_path / "models" / "sd-vae-ft-mse")
     recipe = Recipe(vae="sd-vae-ft-mse", models_dir=tmp_path / "models")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.cachestore.nginx import Nginx
+from testkit.nginx import Nginx
 from tests.cachestore.test_map_growth import ROOT
 
 pytestmark = pytest.mark.slow
@@ -47,7 +47,7 @@ def test_a_ray_error_inside_a_miss_is_one_line_and_a_local_build(tmp_path):
     try:
         import ray  # noqa: F401
     except ImportError:
-        from tests.preconditions import require
+        from testkit.preconditions import require
 
         require(False, "ray is not installed (pip install -e '.[dev]')")
     tier = Nginx(tmp_path / "nginx").start()

@@ -33,7 +33,7 @@ from pipeline.catalog import plan_for
 from pipeline.hot import hot_check
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
-from tests.cachestore.nginx import Nginx, free_port
+from testkit.nginx import Nginx, free_port
 from tests.cachestore.test_map_growth import ROOT
 from tests.cachestore.tier_world import SOURCE
 from tests.integrity import cli
@@ -323,7 +323,7 @@ def avatar_key_open(store) -> str:
 @pytest.mark.slow
 def test_hotplate_serve_pulls_through_the_remote_in_hotplate_toml(world, tier):
     """The `remote` setting from hotplate.toml reaches the server's render workers."""
-    from tests.hotplate.serve_helpers import Server
+    from testkit.serve_helpers import Server
 
     assert push(world, world / "built", tier).returncode == 0
     (world / "hotplate.toml").write_text(f'remote = "{tier.url}"\n')
@@ -670,8 +670,8 @@ def test_a_talking_loops_mouth_bank_is_pulled_not_rebuilt(tier, tmp_path):
     refused as damaged by every puller and built again."""
     from pipeline.catalog import bank_info, bank_plan
     from pipeline.precompile.run import precompile_source
-    from tests import faces
-    from tests.pipeline.mouth_fixtures import espeak, talking_clip
+    from testkit import faces
+    from testkit.mouth_fixtures import espeak, talking_clip
 
     face = faces.samples(("grace_hopper",), ("upright",))[0].image
     wav = espeak("Peter Piper picked a peck of pickled peppers.", tmp_path / "speech.wav")

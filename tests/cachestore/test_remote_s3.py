@@ -18,7 +18,7 @@ from cachestore.store import forget_store, open_store
 from hotplate.cli.common import invocation
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
-from tests.cachestore.seaweed import SeaweedFS
+from testkit.seaweed import SeaweedFS
 from tests.cachestore.test_remote import (
     close,
     counters,

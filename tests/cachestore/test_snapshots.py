@@ -13,8 +13,8 @@ import pytest
 
 from cachestore.hashcache import SNAPSHOTS, snapshot
 from cachestore.store import forget_store, open_store
+from testkit.preconditions import require
 from tests.cachestore.test_map_growth import ROOT
-from tests.preconditions import require
 
 # Takes a snapshot of argv[2] in the store at argv[1] (which first cleans the orphans),
 # says where its copy is, and holds it until stdin closes.

@@ -11,7 +11,7 @@ from cachestore.keys import FileChangedError, avatar_key, hash_file, stage_key
 from cachestore.stats import store_stats
 from cachestore.store import Store, forget_store, open_store
 from cachestore.verify import verify
-from tests.preconditions import require
+from testkit.preconditions import require
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests import faces
-from tests.faces.referee import lip_error, point_errors, referee_points
+from testkit import faces
+from testkit.referee import lip_error, point_errors, referee_points
 
 
 def test_every_source_is_listed_with_its_licence_and_loads():

@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from tests import faces
+from testkit import faces
+from testkit.mouth_fixtures import espeak, talking_clip
 from tests.integrity.test_damaged_blobs import damage
-from tests.pipeline.mouth_fixtures import espeak, talking_clip
 
 pytestmark = pytest.mark.slow  # end to end: a talking clip, whole processes, a real store
 

@@ -187,7 +187,7 @@ def test_empty_or_garbage_audio(world):
 @pytest.mark.slow
 def test_musetalk_backend_end_to_end_through_the_cli(world, tmp_path):
     """--backend musetalk: weights checked first, JIT precompile adds VAE latents, valid MP4."""
-    from tests.pipeline.render_fixtures import save_tiny_musetalk_models
+    from testkit.render_fixtures import save_tiny_musetalk_models
 
     models = tmp_path / "models"
     missing = hotplate(

@@ -8,8 +8,7 @@ import json
 
 import pytest
 
-from tests.hotplate.many_processes import hotplate, start_holder
-from tests.hotplate.serve_helpers import (
+from testkit.serve_helpers import (
     Server,
     assert_problem,
     make_world,
@@ -17,7 +16,8 @@ from tests.hotplate.serve_helpers import (
     speech,
     wait_state,
 )
-from tests.hotplate.stream_helpers import live_connect
+from testkit.stream_helpers import live_connect
+from tests.hotplate.many_processes import hotplate, start_holder
 
 pytestmark = pytest.mark.slow
 WAIT = {"HOTPLATE_FLIGHT_WAIT": "1"}

@@ -21,7 +21,7 @@ import pytest
 
 from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
-from tests.hotplate.serve_helpers import Server, post_render
+from testkit.serve_helpers import Server, post_render
 from tests.pipeline.parity_fixtures import save_upstream_models
 
 pytestmark = pytest.mark.slow

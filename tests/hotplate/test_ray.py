@@ -36,8 +36,8 @@ import pytest
 
 from cachestore.store import forget_store, open_store
 from hotplate.cli.common import invocation
-from tests.cachestore.nginx import Nginx
-from tests.hotplate.serve_helpers import free_port, make_world, speech
+from testkit.nginx import Nginx
+from testkit.serve_helpers import free_port, make_world, speech
 
 pytestmark = pytest.mark.slow
 
@@ -291,7 +291,7 @@ def test_the_job_api_answers_whichever_replica_serve_picks(served):
 def test_the_page_works_against_two_replicas_in_chromium(served, tmp_path):
     """The editors' page (token prompt, a render, progress over a signed EventSource, the
     signed video playing, the renders table), each request on whichever replica."""
-    from tests.preconditions import require
+    from testkit.preconditions import require
 
     require(CHROMIUM, "needs Debian's chromium (just setup installs it)")
     from playwright.sync_api import sync_playwright

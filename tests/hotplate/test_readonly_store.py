@@ -15,6 +15,7 @@ from pathlib import Path
 import av
 import pytest
 
+from testkit.preconditions import require
 from tests.hotplate.many_processes import (
     ROOT,
     clean_env,
@@ -23,7 +24,6 @@ from tests.hotplate.many_processes import (
     make_world,
     render_args,
 )
-from tests.preconditions import require
 
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 

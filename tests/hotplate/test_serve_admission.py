@@ -14,7 +14,7 @@ import pytest
 
 from hotplate.serve.admission import Slot, expected_start
 from hotplate.serve.config import auto_workers
-from tests.hotplate.serve_helpers import (
+from testkit.serve_helpers import (
     Server,
     assert_problem,
     make_world,
@@ -23,7 +23,7 @@ from tests.hotplate.serve_helpers import (
     speech,
     wait_state,
 )
-from tests.hotplate.stream_helpers import live_connect
+from testkit.stream_helpers import live_connect
 
 TOKENS = ("editor-a-token", "editor-b-token")
 

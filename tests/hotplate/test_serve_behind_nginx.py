@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.hotplate.serve_attacks import MB, ChunkedUpload, held_bytes
-from tests.hotplate.serve_helpers import Server, assert_problem, free_port, make_world
+from testkit.serve_attacks import MB, ChunkedUpload, held_bytes
+from testkit.serve_helpers import Server, assert_problem, free_port, make_world
 
 pytestmark = pytest.mark.slow
 README = Path(__file__).resolve().parents[2] / "docs" / "serving.md"

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from tests.hotplate.serve_helpers import Server, make_world, speech, wait_state
-from tests.preconditions import require
+from testkit.preconditions import require
+from testkit.serve_helpers import Server, make_world, speech, wait_state
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 AUDIO_SECONDS = 2.0

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.hotplate.serve_helpers import Server, make_world, post_render, speech, wait_state
+from testkit.serve_helpers import Server, make_world, post_render, speech, wait_state
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 TOKEN = "token-for-the-browser"

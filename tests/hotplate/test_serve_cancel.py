@@ -11,7 +11,7 @@ import pytest
 from hotplate.serve.queue import JobQueue
 from hotplate.serve.records import FINISHED, Job, JobRecords, new_id, snapshot
 from pipeline.precompile.recipe import Recipe
-from tests.hotplate.serve_helpers import make_world, speech
+from testkit.serve_helpers import make_world, speech
 
 pytestmark = pytest.mark.slow
 

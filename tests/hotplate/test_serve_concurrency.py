@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from tests.hotplate.serve_helpers import (
+from testkit.serve_helpers import (
     Server,
     make_world,
     mp4_facts,

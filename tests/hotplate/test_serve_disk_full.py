@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hotplate.demo_data import write_wav
-from tests.hotplate.serve_helpers import Server, assert_problem, make_world, post_render, speech
+from testkit.serve_helpers import Server, assert_problem, make_world, post_render, speech
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from tests.hotplate.serve_helpers import (
+from testkit.serve_helpers import (
     Server,
     assert_problem,
     make_world,
@@ -23,7 +23,7 @@ from tests.hotplate.serve_helpers import (
     speech,
     worker_pids,
 )
-from tests.hotplate.stream_helpers import live_connect
+from testkit.stream_helpers import live_connect
 
 pytestmark = pytest.mark.slow
 

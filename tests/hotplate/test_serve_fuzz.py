@@ -12,7 +12,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.hotplate.serve_helpers import Server, make_world
+from testkit.serve_helpers import Server, make_world
 
 pytestmark = pytest.mark.slow
 TOKEN = "fuzz-token"

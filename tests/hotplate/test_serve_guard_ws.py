@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from testkit.serve_helpers import free_port
 from tests.hotplate import guard_ws_app
-from tests.hotplate.serve_helpers import free_port
 
 KEY = "a-fixed-key-for-this-test"
 

@@ -13,8 +13,8 @@ import threading
 
 import pytest
 
+from testkit.serve_helpers import Server, make_world, wait_state
 from tests.cachestore.test_map_growth import ROOT, WRITER
-from tests.hotplate.serve_helpers import Server, make_world, wait_state
 
 pytestmark = pytest.mark.slow
 

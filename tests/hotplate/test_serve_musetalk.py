@@ -12,7 +12,7 @@ crops, sd-vae/).
 import pytest
 
 from pipeline.precompile.recipe import Recipe
-from tests.hotplate.serve_helpers import Server, make_world, mp4_facts, post_render, speech
+from testkit.serve_helpers import Server, make_world, mp4_facts, post_render, speech
 from tests.pipeline.parity_fixtures import save_upstream_models
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hotplate.serve_helpers import (
+from testkit.serve_helpers import (
     Server,
     make_world,
     post_render,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hotplate.serve_helpers import (
+from testkit.serve_helpers import (
     Server,
     assert_problem,
     make_world,

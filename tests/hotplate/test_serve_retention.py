@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.hotplate.serve_helpers import Server, assert_problem, make_world, post_render, speech
+from testkit.serve_helpers import Server, assert_problem, make_world, post_render, speech
 
 pytestmark = pytest.mark.slow
 

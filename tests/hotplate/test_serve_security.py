@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.hotplate.serve_attacks import (
+from testkit.serve_attacks import (
     MB,
     ChunkedUpload,
     held_bytes,
@@ -19,7 +19,7 @@ from tests.hotplate.serve_attacks import (
     peak_rss,
     write_flac,
 )
-from tests.hotplate.serve_helpers import Server, assert_problem, make_world, speech, worker_pids
+from testkit.serve_helpers import Server, assert_problem, make_world, speech, worker_pids
 
 pytestmark = pytest.mark.slow
 A, B, ADMIN = "token-of-client-a", "token-of-client-b", "the-admin-token"

@@ -15,10 +15,10 @@ import httpx
 import pytest
 
 from hotplate.demo_data import make_speech_audio, write_loop_video
+from testkit.preconditions import require
+from testkit.serve_helpers import Server, make_world, post_render, speech, wait_state
+from testkit.stream_helpers import live_connect, pcm16
 from tests.hotplate.many_processes import start_holder
-from tests.hotplate.serve_helpers import Server, make_world, post_render, speech, wait_state
-from tests.hotplate.stream_helpers import live_connect, pcm16
-from tests.preconditions import require
 
 pytestmark = pytest.mark.slow
 MAX_AUDIO_SECONDS = 8.0

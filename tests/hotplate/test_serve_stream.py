@@ -15,8 +15,8 @@ from hotplate.serve.stream_jobs import fragment_samples
 from pipeline.render.audio import n_video_frames
 from pipeline.render.fmp4 import fragment_frames, fragment_starts
 from pipeline.render.live import LOOKAHEAD
-from tests.hotplate.serve_helpers import SIZE, Server, make_world, speech, wait_state
-from tests.hotplate.stream_helpers import Boxes, decode_facts, live_connect, live_session, pcm16
+from testkit.serve_helpers import SIZE, Server, make_world, speech, wait_state
+from testkit.stream_helpers import Boxes, decode_facts, live_connect, live_session, pcm16
 
 pytestmark = pytest.mark.slow
 FPS = 25.0

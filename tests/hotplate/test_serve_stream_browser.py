@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.hotplate.serve_helpers import Server, make_world, speech, wait_state
+from testkit.serve_helpers import Server, make_world, speech, wait_state
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -56,7 +56,7 @@ SAVED = """() => {
 def test_a_render_plays_through_mse_while_it_is_made(server, chromium, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    from tests.hotplate.stream_helpers import decode_facts
+    from testkit.stream_helpers import decode_facts
 
     seconds = 20.0  # long enough that playback starts well before the render ends
     wav = speech(tmp_path / "line.wav", seconds)
@@ -95,7 +95,7 @@ def test_a_render_plays_through_mse_while_it_is_made(server, chromium, tmp_path)
 def test_live_mode_plays_frames_made_from_the_microphone(server, chromium, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    from tests.hotplate.stream_helpers import decode_facts
+    from testkit.stream_helpers import decode_facts
 
     wav = speech(tmp_path / "mic.wav", 4.0, seed=7)
     fake = [

@@ -138,7 +138,7 @@ def test_any_damaged_blob_is_rebuilt_by_precompile_and_the_render_is_valid(
 def test_damaged_latents_are_rebuilt_alone_and_musetalk_renders(world):
     """Latents exist only with a VAE: made, damaged, then a musetalk render rebuilds
     them just in time (latents alone) and its video is valid."""
-    from tests.pipeline.render_fixtures import save_tiny_musetalk_models
+    from testkit.render_fixtures import save_tiny_musetalk_models
 
     models = world / "models"
     save_tiny_musetalk_models(models)

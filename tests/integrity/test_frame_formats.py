@@ -21,7 +21,7 @@ from pipeline.catalog import plan_for
 from pipeline.precompile.plan import plan
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
-from tests.cachestore.nginx import Nginx
+from testkit.nginx import Nginx
 from tests.integrity import cli
 
 SIZE = (540, 960)

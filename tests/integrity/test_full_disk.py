@@ -13,8 +13,8 @@ import av
 import pytest
 
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
+from testkit.preconditions import require
 from tests.integrity import cli
-from tests.preconditions import require
 
 SIZE = (540, 960)
 DISK_MB = 40

@@ -120,7 +120,7 @@ def save_upstream_models(root: Path, version: str = "v1.5", seed: int = 0) -> Pa
     import torch
     from diffusers import UNet2DConditionModel
 
-    from tests.pipeline.render_fixtures import TINY_UNET, tiny_sd_vae, tiny_whisper
+    from testkit.render_fixtures import TINY_UNET, tiny_sd_vae, tiny_whisper
 
     root = Path(root)
     torch.manual_seed(seed)

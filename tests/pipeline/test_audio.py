@@ -5,7 +5,7 @@ import pytest
 from hotplate.demo_data import write_wav
 from pipeline.render.audio import AudioError, load_audio, loudness_envelope, n_video_frames
 from pipeline.render.encode import Mp4Writer
-from tests.pipeline.render_fixtures import speech, write_audio
+from testkit.render_fixtures import speech, write_audio
 
 SR = 44100
 

@@ -15,7 +15,7 @@ from pipeline.nets.cpu_speed import (
     unet_module,
 )
 from pipeline.nets.vae import decode_latents, decoder_module, encode_latents, latent_mode_module
-from tests.pipeline.render_fixtures import TINY_UNET
+from testkit.render_fixtures import TINY_UNET
 from tests.pipeline.test_latents import tiny_vae
 
 LATENT_TOL, PIXEL_TOL = 2e-2, 2.0

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from pipeline.render.encode import Mp4Writer, aac_rate, fps_fraction
-from tests.pipeline.render_fixtures import speech
+from testkit.render_fixtures import speech
 
 
 def gradient(t, w, h):

@@ -1,5 +1,5 @@
 """The face mesh, the offline default landmarks: it sees the lips on faces the project
-never tuned on, judged by the independent referee (dlib, tests/faces/referee.py) against
+never tuned on, judged by the independent referee (dlib, testkit/referee.py) against
 the old default (68 points fitted to RetinaFace's five) in the same run."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pipeline.nets.landmarks import load_landmarker
 from pipeline.precompile.plan import plan
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
-from tests import faces
-from tests.faces.referee import lip_error
+from testkit import faces
+from testkit.referee import lip_error
 
 BOUND = 0.05  # the issue's: median lip error at most 5 % of the inter-ocular distance
 

@@ -4,7 +4,7 @@ The talking footage is made from a real face (grace_hopper, matplotlib's sample 
 speaking espeak-ng's speech, its mouth opened by a known warp (`talking_clip`): no real
 talking clip with its own audio ships in a package. It goes into a personas folder as a
 loop (`talk.mp4`) and is precompiled as the watcher does it (avatar and bank); the
-referee (dlib, tests/faces/referee.py) judges the renders.
+referee (dlib, testkit/referee.py) judges the renders.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pipeline.lip_sync import LipSyncRequest, lip_sync
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile_source
 from pipeline.render.audio import load_audio, loudness_envelope
-from tests import faces
-from tests.pipeline.mouth_fixtures import (
+from testkit import faces
+from testkit.mouth_fixtures import (
     SENTENCES,
     correlation,
     espeak,
@@ -29,7 +29,7 @@ from tests.pipeline.mouth_fixtures import (
     talking_clip,
     video_frames,
 )
-from tests.pipeline.render_fixtures import full_mask
+from testkit.render_fixtures import full_mask
 
 pytestmark = pytest.mark.slow  # end to end: real faces, renders, the referee on every frame
 

@@ -11,7 +11,7 @@ from pipeline.mouth.bank import MouthBank
 from pipeline.render.audio import frame_spectra, load_audio
 from pipeline.render.mouth.drive import coarticulate, mouth_drive
 from pipeline.render.mouth.from_bank import select
-from tests.pipeline.mouth_fixtures import espeak
+from testkit.mouth_fixtures import espeak
 from tests.pipeline.test_warp_mouth import EE, OO, vowel
 
 SR = 48000

@@ -1,5 +1,5 @@
 """The mouth opens between the lips, on every test face, as the independent referee sees
-it: dlib's points on the source (tests/faces/referee.py), never the project's own.
+it: dlib's points on the source (testkit/referee.py), never the project's own.
 
 For each sample (every test face, upright, rolled 15 and 30 degrees, 150 and 1000 px
 tall) the warp renderer opens the mouth on speech; on the frames where it is open
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from pipeline.render.renderers.warp import WarpRenderer
-from tests import faces
-from tests.pipeline.mouth_fixtures import detect_box, lip_gap, opened, placement, still_assets
-from tests.pipeline.render_fixtures import speech
+from testkit import faces
+from testkit.mouth_fixtures import detect_box, lip_gap, opened, placement, still_assets
+from testkit.render_fixtures import speech
 
 pytestmark = pytest.mark.slow  # end to end: real faces, renders, the referee on every frame
 

@@ -1,5 +1,5 @@
 """The mouth moves with the speech, as the independent referee sees it (dlib's lip gap on
-the rendered frames, tests/faces/referee.py), for a still and for a loop of real faces;
+the rendered frames, testkit/referee.py), for a still and for a loop of real faces;
 a live render and a whole-file render of the same speech agree."""
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from pipeline.precompile.run import precompile
 from pipeline.render.audio import load_audio, loudness_envelope
 from pipeline.render.live import live_render
 from pipeline.render.video import render_video
-from tests import faces
-from tests.faces import make_variant
-from tests.faces.referee import referee_points
-from tests.pipeline.mouth_fixtures import (
+from testkit import faces
+from testkit.faces import make_variant
+from testkit.mouth_fixtures import (
     SENTENCES,
     correlation,
     espeak,
@@ -26,6 +25,7 @@ from tests.pipeline.mouth_fixtures import (
     still_assets,
     video_frames,
 )
+from testkit.referee import referee_points
 
 pytestmark = pytest.mark.slow  # end to end: real faces, renders, the referee on every frame
 

@@ -17,9 +17,9 @@ import pytest
 
 from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
+from testkit.render_fixtures import read_video
 from tests.hotplate.test_cli_render import render_args
 from tests.pipeline.parity_fixtures import save_upstream_models
-from tests.pipeline.render_fixtures import read_video
 
 SIZE = (360, 640)
 

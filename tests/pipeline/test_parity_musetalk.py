@@ -22,12 +22,12 @@ import pytest
 from pipeline.precompile.crops import half_face_box
 from pipeline.precompile.masks import bisenet_mask, blend_square, load_face_parser, store_size
 from pipeline.render.renderers.base import fit_mask
+from testkit.render_fixtures import speech
 from tests.pipeline.parity_fixtures import (
     import_upstream,
     musetalk_reference,
     save_upstream_models,
 )
-from tests.pipeline.render_fixtures import speech
 from tests.pipeline.test_masks import synthetic_face
 
 SHIFT_V1 = 7  # a bbox_shift v1.0 honours and v1.5 ignores
@@ -163,7 +163,7 @@ def test_whisper_prompts_are_bit_identical(upstream_models):
     from transformers import WhisperModel
 
     from pipeline.render.renderers.musetalk import MuseTalkRenderer
-    from tests.pipeline.render_fixtures import build_assets
+    from testkit.render_fixtures import build_assets
 
     audio_processor = import_upstream("musetalk.utils.audio_processor")
     audio = speech(1.3, 16000)
@@ -195,7 +195,7 @@ def test_unet_decode_and_blend_match_upstream(upstream_models, tmp_path, monkeyp
     from transformers import WhisperModel
 
     from pipeline.render.renderers.musetalk import MuseTalkRenderer, paste_face
-    from tests.pipeline.render_fixtures import build_assets
+    from testkit.render_fixtures import build_assets
 
     unet_mod = import_upstream("musetalk.models.unet")
     vae_mod = import_upstream("musetalk.models.vae")

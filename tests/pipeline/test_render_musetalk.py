@@ -14,7 +14,7 @@ from pipeline.render.renderers.musetalk import (
     positional_encoding,
 )
 from pipeline.render.video import render_video
-from tests.pipeline.render_fixtures import (
+from testkit.render_fixtures import (
     build_assets,
     full_mask,
     read_video,

@@ -14,7 +14,7 @@ from pipeline.render.renderers.base import Renderer, blend
 from pipeline.render.renderers.warp import WarpRenderer
 from pipeline.render.schedule import schedule
 from pipeline.render.video import render_video
-from tests.pipeline.render_fixtures import FULL, build_assets, full_mask, read_video, speech
+from testkit.render_fixtures import FULL, build_assets, full_mask, read_video, speech
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -228,7 +228,7 @@ MEMORY_SCRIPT = textwrap.dedent(
     import resource, sys
     from pipeline.render.video import render_video
     from hotplate.demo_data import write_wav
-    from tests.pipeline.render_fixtures import build_assets, speech
+    from testkit.render_fixtures import build_assets, speech
     seconds, out = float(sys.argv[1]), sys.argv[2]
     assets = build_assets(6, (240, 426))
     wav = write_wav(out + ".wav", speech(seconds, 16000), 16000)

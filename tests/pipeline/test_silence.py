@@ -7,7 +7,7 @@ from hotplate.demo_data import make_speech_audio
 from pipeline.render.renderers.musetalk import MuseTalkRenderer
 from pipeline.render.renderers.warp import WarpRenderer
 from pipeline.render.silence import SilenceParams, rest_weight, speech_weight
-from tests.pipeline.render_fixtures import build_assets, full_mask, save_tiny_musetalk_models
+from testkit.render_fixtures import build_assets, full_mask, save_tiny_musetalk_models
 
 FPS = 25.0
 

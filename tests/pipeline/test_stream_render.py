@@ -15,7 +15,7 @@ from pipeline.render.fmp4 import FragmentWriter, fragment_frames, fragment_start
 from pipeline.render.live import live_render
 from pipeline.render.schedule import schedule
 from pipeline.render.video import render_video
-from tests.pipeline.render_fixtures import build_assets, speech
+from testkit.render_fixtures import build_assets, speech
 
 FPS = 25.0
 

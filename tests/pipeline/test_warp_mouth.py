@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.render.audio import mouth_spread, spectral_centroid
 from pipeline.render.renderers.warp import UPPER_SHARE, WarpRenderer, _lip_lines
-from tests.pipeline.render_fixtures import FULL, build_assets, speech
+from testkit.render_fixtures import FULL, build_assets, speech
 
 SR = 48000
 # CIE76 colour difference of the teeth's mean colour, rendered vs stored. Measured

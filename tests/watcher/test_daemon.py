@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from tests.preconditions import require
+from testkit.preconditions import require
 from tests.watcher.helpers import TEST_JOB, ThreadDaemon, source_table, wait_for
 from tests.watcher.testjobs import read_joblog
 from watcher.events import OVERFLOW, Change

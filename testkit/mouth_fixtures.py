@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.assets import AvatarAssets
-from tests.preconditions import require
+from testkit.preconditions import require
 
 MASK_SIZE = 256
 DARKER = 0.25  # a luma drop of this x the skin's brightness counts a pixel as opened ...
@@ -178,7 +178,7 @@ def talking_clip(image: np.ndarray, wav: Path, out: Path) -> Path:
     """A talking clip made from a real face: `image` (a still, its mouth closed) speaking
     `wav` (espeak-ng), its mouth opened and closed by a known warp (the warp renderer's
     procedural mouth, no bank), H.264 and the speech as AAC. No real talking clip with
-    its own audio ships in a package (tests/faces/manifest.toml's clips have none)."""
+    its own audio ships in a package (testkit/faces_manifest.toml's clips have none)."""
     from pipeline.render.video import render_video
 
     render_video(still_assets(image), wav, out, backend="warp")
@@ -194,7 +194,7 @@ def video_frames(path: Path) -> list[np.ndarray]:
 
 def referee_gaps(frames: list[np.ndarray], step: int = 1) -> np.ndarray:
     """The referee's lip gap on every `step`-th frame (nan where it finds no face)."""
-    from tests.faces.referee import referee_points
+    from testkit.referee import referee_points
 
     out = []
     for f in frames[::step]:

@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.cachestore.nginx import free_port
-from tests.preconditions import require
+from testkit.nginx import free_port
+from testkit.preconditions import require
 
 BUCKET = "hotplate-test"
 ACCESS, SECRET = "hotplate-test", "hotplate-test-secret"
