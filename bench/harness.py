@@ -58,6 +58,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # benches import the project (and testkit/) from the checkout
+# and so does every process a bench starts (a server, the CLI): the venv's editable install
+# may point at another checkout
+if os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != str(ROOT):
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+    )
 # A bench run as a script imports this as `harness`; one bench importing another, or the
 # tests, may reach it as `bench.harness`: one module under both names, so that
 # MissingPrecondition raised under one name is caught under the other.
