@@ -1,6 +1,6 @@
 """The front door and the manual: README.md stays short with its two commands, and docs/
 builds as a site under `mkdocs build --strict` (what `just docs` and CI run), generated
-bench tables included, with a broken link or anchor failing the build."""
+bench tables included, with a broken link, anchor or image failing the build."""
 
 from __future__ import annotations
 
@@ -75,9 +75,13 @@ def test_the_manual_builds_strict_with_every_page_and_the_generated_bench_tables
 
 @pytest.mark.parametrize(
     "link, named",
-    [("[gone](nowhere.md)", "nowhere.md"), ("[gone](serving.md#no-such-part)", "no-such-part")],
+    [
+        ("[gone](nowhere.md)", "nowhere.md"),
+        ("[gone](serving.md#no-such-part)", "no-such-part"),
+        ("![gone](no_such_sheet.png)", "no_such_sheet.png"),
+    ],
 )
-def test_a_broken_link_or_anchor_fails_the_strict_build(tmp_path, link, named):
+def test_a_broken_link_anchor_or_image_fails_the_strict_build(tmp_path, link, named):
     project = tmp_path / "project"
     shutil.copytree(ROOT / "docs", project / "docs")
     shutil.copy(ROOT / "mkdocs.yml", project / "mkdocs.yml")
