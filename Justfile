@@ -60,7 +60,7 @@ bench: setup
         {{py}} "$b" --json "bench/results/$name.json" || failed+=("$name")
     done
     if [ ${#failed[@]} -gt 0 ]; then echo "bench: failed: ${failed[*]}" >&2; exit 1; fi
-    echo "bench: results in bench/results/; \`just bench-tables\` puts them in README.md"
+    echo "bench: results in bench/results/; \`just bench-tables\` puts them in docs/benchmarks.md"
 
 # every bench with --quick (same code paths, small inputs; CI's smoke run): fails if any fails
 bench-quick: setup
@@ -85,6 +85,11 @@ bench-quick: setup
 # rewrite docs/benchmarks.md's tables from bench/results/*.json (see bench/tables.py); names: only those benches' sections
 bench-tables *NAMES: setup
     {{py}} bench/tables.py {{ if NAMES == "" { "" } else { "--only " + NAMES } }}
+
+# build the manual (docs/, mkdocs.yml) into site/ with --strict: a broken link, anchor or image fails it
+docs: setup
+    NO_MKDOCS_2_WARNING=1 {{py}} -m mkdocs build --strict --site-dir site
+    @echo "docs: open site/index.html"
 
 # ruff lint and format check
 lint: setup
