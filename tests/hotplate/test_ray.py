@@ -22,6 +22,7 @@ deployment has a token: the page and signed URLs are tested as a studio runs the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -59,22 +60,11 @@ def ray_or_fail():
         pytest.skip("ray[serve] is not installed (pip install 'hotplate[ray]')")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    # every Ray process of the test (nodes, drivers, replicas, workers) inherits these:
-    # Ray then takes 127.0.0.1 as each node's address, not the first interface's
-    saved = {k: os.environ.get(k) for k in LOOPBACK_ONLY}
-    os.environ.update(LOOPBACK_ONLY)
-    ray_or_fail()
-    import ray
+def start_cluster(caches: dict[str, Path]):
+    """Two nodes on this machine, one store each (`HOTPLATE_NODE_CACHE`), resources n1
+    and n2 naming them; LOOPBACK_ONLY must be in os.environ already."""
     from ray.cluster_utils import Cluster
 
-    root = tmp_path_factory.mktemp("ray")
-    make_world(root, ("studio", "gala", "beach", "dusk", "noon"))
-    speech(root / "speech.wav", 1.0)
-    speech(root / "long.wav", 30.0, seed=1)
-    tier = Nginx(root / "nginx").start()
-    caches = {"n1": root / "node1", "n2": root / "node2"}
     env = {
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
         "OMP_NUM_THREADS": "1",
@@ -95,19 +85,49 @@ def cluster(tmp_path_factory):
     c.add_node(
         **common, resources={"n2": 1}, env_vars={**env, "HOTPLATE_NODE_CACHE": str(caches["n2"])}
     )
-    ray.init(address=c.address, namespace="hotplate", log_to_driver=False)
-    nodes = {
-        n["NodeID"]: name for n in ray.nodes() for name in ("n1", "n2") if name in n["Resources"]
-    }
-    yield {"root": root, "tier": tier, "caches": caches, "nodes": nodes, "address": c.address}
-    ray.shutdown()
-    c.shutdown()
-    tier.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    return c
+
+
+@contextlib.contextmanager
+def loopback_ray():
+    """Every Ray process of the test (nodes, drivers, replicas, workers) inherits these:
+    Ray then takes 127.0.0.1 as each node's address, not the first interface's."""
+    saved = {k: os.environ.get(k) for k in LOOPBACK_ONLY}
+    os.environ.update(LOOPBACK_ONLY)
+    try:
+        ray_or_fail()
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with loopback_ray():
+        import ray
+
+        root = tmp_path_factory.mktemp("ray")
+        make_world(root, ("studio", "gala", "beach", "dusk", "noon"))
+        speech(root / "speech.wav", 1.0)
+        speech(root / "long.wav", 30.0, seed=1)
+        tier = Nginx(root / "nginx").start()
+        caches = {"n1": root / "node1", "n2": root / "node2"}
+        c = start_cluster(caches)
+        ray.init(address=c.address, namespace="hotplate", log_to_driver=False)
+        nodes = {
+            n["NodeID"]: name
+            for n in ray.nodes()
+            for name in ("n1", "n2")
+            if name in n["Resources"]
+        }
+        yield {"root": root, "tier": tier, "caches": caches, "nodes": nodes, "address": c.address}
+        ray.shutdown()
+        c.shutdown()
+        tier.stop()
 
 
 def counters(cache: Path) -> dict[str, int]:
