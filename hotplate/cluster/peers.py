@@ -14,8 +14,12 @@ src>` or EventSource cannot name one, so each replica routes what it does not ow
   (Range, Server-Sent Events, DELETE), with the client's own headers, so the owner's
   guard checks token, Host and Origin as for a direct request; `GET /v1/renders` merges
   every replica's list;
-- a named actor (`hotplate-peers`) maps tags to listeners; each replica registers at
-  start and again every REGISTER_EVERY seconds (an actor restart forgets them).
+- a named actor (`hotplate-peers`) maps tags to listeners; each replica registers before
+  its start finishes (`register`: Serve routes nothing to it until then, so no job id of
+  it is ever out before the others can find it) and again every REGISTER_EVERY seconds
+  (an actor restart forgets them);
+- the listener also answers the peer probe (`PROBE_PATH`), by which `/readyz` checks that
+  the deployment is whole (readiness.py).
 
 A replica that died took its jobs with it: its tag no longer answers, its jobs read as
 unknown (404). See docs/DESIGN.md, "A cluster that shares its state".
@@ -30,6 +34,7 @@ import hmac
 import json
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -37,6 +42,11 @@ NAME, NAMESPACE = "hotplate-peers", "hotplate"
 PEER_HEADER = b"x-hotplate-peer"
 FORWARDED_BY = b"x-hotplate-forwarded-by"
 REGISTER_EVERY = 10.0  # seconds
+REGISTER_WAIT = 120.0  # seconds a starting replica waits for the book (a cold actor) to answer
+PROBE_PATH = "/peer/ready"  # answered by the peer gate itself, never by the app
+# below uvicorn's keep-alive (5 s): a pooled connection is never reused just as the peer
+# listener closes it, which would read as the owner being gone
+KEEPALIVE_S = 2.0
 # a job's own routes; the tag is the owner's (see hotplate/serve/records.py: new_id)
 JOB_PATH = re.compile(r"/v1/renders/(?P<tag>[a-z0-9]{1,32})-[0-9a-f]{16}(/events|/video)?")
 HOP_BY_HOP = {
@@ -90,11 +100,12 @@ def replica_tag(unique_id: str) -> str:
 
 
 class PeerGate:
-    """The listener's app: requests without the peer secret get 403; the others are
-    marked as forwarded (`PeerRouter` then answers them here) and passed on."""
+    """The listener's app: requests without the peer secret get 403; the peer probe is
+    answered here (`probe()`, JSON); the others are marked as forwarded (`PeerRouter`
+    then answers them here) and passed on."""
 
-    def __init__(self, app: Any, secret: bytes) -> None:
-        self.app, self.secret = app, secret
+    def __init__(self, app: Any, secret: bytes, probe: Callable[[], dict] | None = None) -> None:
+        self.app, self.secret, self.probe = app, secret, probe
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -103,6 +114,12 @@ class PeerGate:
         if not hmac.compare_digest(given, self.secret):
             await send({"type": "http.response.start", "status": 403, "headers": []})
             await send({"type": "http.response.body", "body": b"not a peer"})
+            return
+        if scope["path"] == PROBE_PATH and self.probe is not None:
+            body = json.dumps(self.probe()).encode()
+            headers = [(b"content-type", b"application/json")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
             return
         headers = [(k, v) for k, v in scope["headers"] if k != PEER_HEADER]
         await self.app({**scope, "headers": headers, "hotplate.peer": True}, receive, send)
@@ -148,7 +165,8 @@ class PeerRouter:
 
         if self.client is None:  # made on the replica's loop, used only there
             timeout = httpx.Timeout(connect=5.0, read=None, write=60.0, pool=60.0)
-            self.client = httpx.AsyncClient(timeout=timeout)
+            limits = httpx.Limits(keepalive_expiry=KEEPALIVE_S)
+            self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
         return self.client
 
     def _request(self, url: str, scope: dict, content: Any = None) -> Any:
@@ -173,14 +191,21 @@ class PeerRouter:
                 more = message.get("more_body", False)
 
         has_body = any(k in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"])
-        request = self._request(url, scope, body() if has_body else None)
         tag = JOB_PATH.fullmatch(scope["path"])["tag"]
-        try:
-            response = await self._http().send(request, stream=True)
-        except httpx.TransportError as exc:
-            log.info("replica %s at %s is gone (%s); forgetting it", tag, url, exc)
-            await self._forget(tag, url)
-            return False
+        # a request without a body is sent once more, on a new connection, before the
+        # owner counts as gone: forgetting a live owner would make its jobs read 404
+        # everywhere until it registers again (up to REGISTER_EVERY)
+        for last in (has_body, True):
+            request = self._request(url, scope, body() if has_body else None)
+            try:
+                response = await self._http().send(request, stream=True)
+                break
+            except httpx.TransportError as exc:
+                if last:
+                    log.info("replica %s at %s is gone (%s); forgetting it", tag, url, exc)
+                    await self._forget(tag, url)
+                    return False
+                log.info("replica %s at %s: %s; trying once more", tag, url, exc)
         try:
             headers = [(k, v) for k, v in response.headers.raw if k.lower() not in HOP_BY_HOP]
             headers.append((FORWARDED_BY, self.tag.encode()))
@@ -262,9 +287,12 @@ class _Captured:
         await send({"type": "http.response.body", "body": self.body if body is None else body})
 
 
-async def listen(app: Any, host: str, secret: bytes) -> tuple[Any, str]:
+async def listen(
+    app: Any, host: str, secret: bytes, probe: Callable[[], dict] | None = None
+) -> tuple[Any, str]:
     """Serve `app` behind the peer gate on `host`, a free port, on this event loop (the
-    app's service lives on it); returns the server (`stop` it) and its URL."""
+    app's service lives on it), `probe()` answering PROBE_PATH; returns the server
+    (`stop` it) and its URL."""
     import uvicorn
 
     class Server(uvicorn.Server):
@@ -272,7 +300,7 @@ async def listen(app: Any, host: str, secret: bytes) -> tuple[Any, str]:
         def capture_signals(self):  # the process's signals are Ray's, not this server's
             yield
 
-    gate = PeerGate(app, secret)
+    gate = PeerGate(app, secret, probe)
     # no lifespan (the app's runs under Serve), no logging setup (the process's is Ray's)
     config = uvicorn.Config(gate, host=host, port=0, lifespan="off", log_config=None)
     server = Server(config)
@@ -293,11 +321,32 @@ async def stop(server: Any) -> None:
         await asyncio.wait_for(server.hotplate_task, 10.0)
 
 
-async def keep_registered(book: Any, tag: str, url: str) -> None:
-    """Register this replica now and every REGISTER_EVERY seconds, for as long as it runs."""
+async def register(book: Any, tag: str, url: str, wait: float = REGISTER_WAIT) -> None:
+    """Register this replica and return once the book has it: the replica's start waits
+    on this, so that no request reaches it before the other replicas can find it. On a
+    cold cluster the book's actor may still be starting; RuntimeError after `wait`."""
+    deadline = asyncio.get_running_loop().time() + wait
     while True:
+        try:
+            await asyncio.wait_for(book.register.remote(tag, url), timeout=max(1.0, wait / 4))
+            return
+        except Exception as exc:  # noqa: BLE001 - the actor (re)starts; try again
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(
+                    f"replica {tag} could not register with the peer book ({NAME} in "
+                    f"namespace {NAMESPACE}) in {wait:.0f} s ({exc}); check the cluster "
+                    "with `ray status`"
+                ) from exc
+            log.info("replica %s could not register yet (%s)", tag, exc)
+            await asyncio.sleep(0.2)
+
+
+async def keep_registered(book: Any, tag: str, url: str) -> None:
+    """Register again every REGISTER_EVERY seconds (`register` did the first), for as
+    long as the replica runs: an actor restart forgets them."""
+    while True:
+        await asyncio.sleep(REGISTER_EVERY)
         try:
             await book.register.remote(tag, url)
         except Exception as exc:  # noqa: BLE001 - the actor restarts; try again
             log.info("replica %s could not register (%s)", tag, exc)
-        await asyncio.sleep(REGISTER_EVERY)

@@ -20,8 +20,10 @@ ingress, one app per replica, each with its render workers and models kept loade
   replica forwards another's job requests there (`hotplate/cluster/peers.py`); the
   replicas share one signing key, so a URL any of them signed opens on all.
 
-Routes, auth and limits are the app's own; `/readyz` answers from a replica whose
-workers are up, and Serve sends traffic only to replicas whose start finished. A replica
+Routes, auth and limits are the app's own. `/readyz` answers 200 only when the whole
+deployment can answer: every replica wanted is up and registered, reachable, with one
+signing key (`hotplate/cluster/readiness.py`); a replica registers before its start
+finishes, and Serve sends traffic only to replicas whose start finished. A replica
 being stopped (SIGTERM to `hotplate serve --ray`, a redeploy, a downscale) drains through
 Serve's graceful shutdown: no new requests, the ongoing ones finish, then the app's
 lifespan waits for its queued jobs for up to --drain-timeout.
@@ -93,19 +95,23 @@ def _hot_loader() -> Any:
     return _HOT
 
 
-def replica_app(options: dict[str, Any]) -> Any:
-    """The FastAPI app of one replica (Serve calls this in the replica)."""
+def replica_app(options: dict[str, Any], wanted: int = 1) -> Any:
+    """The FastAPI app of one replica (Serve calls this in the replica); `wanted`: the
+    replicas the deployment runs at least, which its `/readyz` waits for."""
     import ray
     from ray import serve
 
     from hotplate.cluster import peers
+    from hotplate.cluster.readiness import Readiness
     from hotplate.serve.app import ServeConfig, create_app
+    from hotplate.serve.routes.health import service_readiness
 
     settings = node_settings()
     # job records and videos are one server's own (`claim_data_dir`): each replica gets a
     # folder of its own under the node's data dir, while the node's store is shared
     base = options.get("data_dir") or ServeConfig(settings=settings).data
-    replica = serve.get_replica_context().replica_id.unique_id
+    context = serve.get_replica_context()
+    replica = context.replica_id.unique_id
     tag = peers.replica_tag(replica)  # its job ids start with it: peers.py routes them
     options = {**options, "data_dir": Path(base) / f"replica-{replica}", "replica": tag}
     config = ServeConfig(settings=settings, **options)
@@ -119,23 +125,41 @@ def replica_app(options: dict[str, Any]) -> Any:
             await _hot_loader()(model)  # Serve now routes this avatar's requests here
         response = await call_next(request)
         response.headers["x-hotplate-node"] = node
+        response.headers["x-hotplate-replica"] = tag
         return response
 
     # another replica's jobs are answered there (outermost: before the guard, which
     # the owner runs on the forwarded request)
     secret, book = peers.peer_secret(config.signing_key), peers.peer_book()
     app.add_middleware(peers.PeerRouter, tag=tag, secret=secret, book=book)
+    # /readyz: 200 only when the whole deployment can answer (readiness.py)
+    app.state.whole = whole = Readiness(
+        tag,
+        config.signing_key,
+        secret,
+        book,
+        wanted,
+        lambda: service_readiness(app.state.service)["ready"],
+        context.app_name,
+        context.deployment,
+    )
     serve_lifespan = app.router.lifespan_context
 
     @contextlib.asynccontextmanager
     async def lifespan(a: Any) -> Any:
         async with serve_lifespan(a):  # the service and its render workers first
-            server, url = await peers.listen(app, ray.util.get_node_ip_address(), secret)
-            registered = asyncio.ensure_future(peers.keep_registered(book, tag, url))
+            host = ray.util.get_node_ip_address()
+            server, url = await peers.listen(app, host, secret, whole.probe_answer)
+            whole.url, registered = url, None
             try:
+                # in the book before the start finishes: Serve routes nothing here until
+                # then, so every job id this replica gives out is one the others can find
+                await peers.register(book, tag, url)
+                registered = asyncio.ensure_future(peers.keep_registered(book, tag, url))
                 yield
             finally:
-                registered.cancel()
+                if registered is not None:
+                    registered.cancel()
                 book.drop.remote(tag, url)
                 await peers.stop(server)
 
@@ -160,7 +184,7 @@ def application(
     options = {**options, "signing_key": options.get("signing_key") or secrets.token_hex(32)}
 
     def build() -> Any:
-        return replica_app(options)
+        return replica_app(options, wanted=replicas)
 
     scaling: dict[str, Any] = {"num_replicas": replicas}
     if max_replicas and max_replicas > replicas:

@@ -2,6 +2,8 @@
 this machine on 127.0.0.1, one CPU each), each node with its own store
 (`HOTPLATE_NODE_CACHE` in the node's environment) and a real nginx as the blob tier.
 
+- three cold starts (each a new cluster): from the first 200 of `/readyz`, a job made
+  then and its signed video URL answer through both replicas, none failing;
 - the real `hotplate serve --ray` CLI deploys two replicas, one per node; a render that
   lands on one node builds, the same avatar on the other node is pulled, not built;
   requests naming an avatar (multiplexed model id) stick to one replica; four
@@ -14,14 +16,17 @@ this machine on 127.0.0.1, one CPU each), each node with its own store
 - the whole job API (status, events, video, DELETE, the list, a stream's job) and signed
   URLs work whichever replica answers, and the page works against the deployment in
   Chromium;
-- a wait for another node's build ends at the caller's flight_wait.
+- a wait for another node's build ends at the caller's flight_wait;
+- /readyz says 503 while a wanted replica cannot start (three wanted, two placed).
 
-Bounded for a 2-core CI: one cluster for the module, 8-frame 270x480 loops. The
+Bounded for a 2-core CI: one cluster for the module (the cold starts make their own,
+before it exists: they come first), 8-frame 270x480 loops. The
 deployment has a token: the page and signed URLs are tested as a studio runs them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -59,22 +64,11 @@ def ray_or_fail():
         pytest.skip("ray[serve] is not installed (pip install 'hotplate[ray]')")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    # every Ray process of the test (nodes, drivers, replicas, workers) inherits these:
-    # Ray then takes 127.0.0.1 as each node's address, not the first interface's
-    saved = {k: os.environ.get(k) for k in LOOPBACK_ONLY}
-    os.environ.update(LOOPBACK_ONLY)
-    ray_or_fail()
-    import ray
+def start_cluster(caches: dict[str, Path]):
+    """Two nodes on this machine, one store each (`HOTPLATE_NODE_CACHE`), resources n1
+    and n2 naming them; LOOPBACK_ONLY must be in os.environ already."""
     from ray.cluster_utils import Cluster
 
-    root = tmp_path_factory.mktemp("ray")
-    make_world(root, ("studio", "gala", "beach", "dusk", "noon"))
-    speech(root / "speech.wav", 1.0)
-    speech(root / "long.wav", 30.0, seed=1)
-    tier = Nginx(root / "nginx").start()
-    caches = {"n1": root / "node1", "n2": root / "node2"}
     env = {
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
         "OMP_NUM_THREADS": "1",
@@ -95,19 +89,49 @@ def cluster(tmp_path_factory):
     c.add_node(
         **common, resources={"n2": 1}, env_vars={**env, "HOTPLATE_NODE_CACHE": str(caches["n2"])}
     )
-    ray.init(address=c.address, namespace="hotplate", log_to_driver=False)
-    nodes = {
-        n["NodeID"]: name for n in ray.nodes() for name in ("n1", "n2") if name in n["Resources"]
-    }
-    yield {"root": root, "tier": tier, "caches": caches, "nodes": nodes, "address": c.address}
-    ray.shutdown()
-    c.shutdown()
-    tier.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    return c
+
+
+@contextlib.contextmanager
+def loopback_ray():
+    """Every Ray process of the test (nodes, drivers, replicas, workers) inherits these:
+    Ray then takes 127.0.0.1 as each node's address, not the first interface's."""
+    saved = {k: os.environ.get(k) for k in LOOPBACK_ONLY}
+    os.environ.update(LOOPBACK_ONLY)
+    try:
+        ray_or_fail()
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with loopback_ray():
+        import ray
+
+        root = tmp_path_factory.mktemp("ray")
+        make_world(root, ("studio", "gala", "beach", "dusk", "noon"))
+        speech(root / "speech.wav", 1.0)
+        speech(root / "long.wav", 30.0, seed=1)
+        tier = Nginx(root / "nginx").start()
+        caches = {"n1": root / "node1", "n2": root / "node2"}
+        c = start_cluster(caches)
+        ray.init(address=c.address, namespace="hotplate", log_to_driver=False)
+        nodes = {
+            n["NodeID"]: name
+            for n in ray.nodes()
+            for name in ("n1", "n2")
+            if name in n["Resources"]
+        }
+        yield {"root": root, "tier": tier, "caches": caches, "nodes": nodes, "address": c.address}
+        ray.shutdown()
+        c.shutdown()
+        tier.stop()
 
 
 def counters(cache: Path) -> dict[str, int]:
@@ -156,6 +180,139 @@ def render(url: str, root: Path, attire: str, audio: str = "speech.wav", timeout
             headers=AUTH,
             timeout=timeout,
         )
+
+
+@pytest.fixture(scope="module")
+def cold_world(tmp_path_factory):
+    """The personas and the speech the cold starts share: inputs, not state."""
+    root = tmp_path_factory.mktemp("cold")
+    make_world(root, ("studio",))
+    speech(root / "speech.wav", 1.0)
+    return root
+
+
+def entered(response: httpx.Response) -> str:
+    """The replica Serve sent a request to: the one that forwarded it, else the one that
+    answered it."""
+    headers = response.headers
+    return headers.get("x-hotplate-forwarded-by") or headers.get("x-hotplate-replica", "?")
+
+
+def read_job(url: str, job: str) -> dict:
+    """One read through whichever replicas Serve picks: the job's status, a signed URL
+    of its video, that URL opened (409 until the video exists, 206 then; a signature
+    the owner does not accept is a 403, a job it cannot find a 404)."""
+    status = httpx.get(url + job, headers=AUTH, timeout=60)
+    signed = httpx.get(url + "/v1/sign", params={"path": job + "/video"}, headers=AUTH, timeout=60)
+    video = None
+    if signed.status_code == 200:
+        video = httpx.get(url + signed.json()["url"], headers={"Range": "bytes=0-99"}, timeout=60)
+    return {"status": status, "signed": signed, "video": video}
+
+
+def reads_through_both(url: str, job: str, owner: str, video_codes: tuple[int, ...]) -> list:
+    """Reads of `job`, four at a time (a replica takes two at once: Serve spreads them),
+    until both replicas have answered a status and opened a signed video URL, and a URL
+    signed by the replica that does not own the job has opened (at most 64 reads)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def whole(reads: list) -> bool:
+        ok = [r for r in reads if good(r, video_codes)]
+        statuses = {entered(r["status"]) for r in ok}
+        videos = {entered(r["video"]) for r in ok}
+        crossed = any(r["signed"].headers["x-hotplate-replica"] != owner for r in ok)
+        return len(statuses) == 2 and len(videos) == 2 and crossed
+
+    reads: list = []
+    with ThreadPoolExecutor(4) as pool:
+        while not whole(reads) and len(reads) < 64:
+            reads += pool.map(lambda _: read_job(url, job), range(4))
+    return reads
+
+
+def good(read: dict, video_codes: tuple[int, ...]) -> bool:
+    video = read["video"]
+    return (
+        read["status"].status_code == 200
+        and read["signed"].status_code == 200
+        and video is not None
+        and video.status_code in video_codes
+    )
+
+
+def described(read: dict) -> str:
+    return ", ".join(
+        f"{name} {r.status_code} via {entered(r)}" for name, r in read.items() if r is not None
+    )
+
+
+@pytest.mark.parametrize("start", [1, 2, 3])
+def test_a_cold_two_replica_start_answers_every_read_from_its_first_ready(
+    cold_world, tmp_path, start
+):
+    """A cold start (a new two-node cluster, so a new Serve, a new peer book and new
+    replicas; a new store and data dir), three in a row: from the moment /readyz first
+    answers 200, a job made then is read, and its video opened through a signed URL,
+    through both replicas, and none of those reads fails; later, its video (206) through
+    both. (On a first cold start 12 of 24 job reads and signed video GETs failed right
+    after /readyz said ready: issue 33.)"""
+    with loopback_ray():
+        c = start_cluster({"n1": tmp_path / "node1", "n2": tmp_path / "node2"})
+        port = free_port()
+        cmd = invocation(cold_world / "personas", tmp_path / "cache", "serve", "--port", str(port))
+        cmd += ["--ray", c.address, "--replicas", "2", "--per-node", "1"]
+        cmd += ["--data", str(tmp_path / "data")]
+        log_path = tmp_path / "serve.log"
+        env = {**os.environ, "HOTPLATE_TOKEN": TOKEN, "OMP_NUM_THREADS": "1"}
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=log)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + READY
+            while not ready(url):  # the first 200, then at once:
+                assert proc.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+                time.sleep(0.05)
+            first_ready = time.monotonic()
+            with open(cold_world / "speech.wav", "rb") as f:
+                made = httpx.post(
+                    url + "/v1/renders",
+                    data={"persona": "astro", "attire": "studio"},
+                    files={"audio": ("speech.wav", f, "audio/wav")},
+                    headers=AUTH,
+                    timeout=60,
+                )
+            assert made.status_code == 202, made.text
+            job, owner = made.headers["location"], made.headers["x-hotplate-replica"]
+            early = reads_through_both(url, job, owner, (409, 206))
+            seconds = time.monotonic() - first_ready
+            failed = [described(r) for r in early if not good(r, (409, 206))]
+            assert not failed, f"{len(failed)} of {len(early)} reads failed: {failed}"
+            replicas = {entered(r[k]) for r in early for k in ("status", "video")}
+            assert len(replicas) == 2 and owner in replicas, replicas
+            print(
+                f"start {start}: {len(early)} reads through both replicas, none failed, "
+                f"{seconds:.2f} s from the first ready answer"
+            )
+            while (state := httpx.get(url + job, headers=AUTH, timeout=60).json())["state"] in (
+                "queued",
+                "running",
+            ):
+                assert time.monotonic() < deadline + READY, state
+                time.sleep(0.2)  # a client polling its job
+            assert state["state"] == "done", state
+            late = reads_through_both(url, job, owner, (206,))
+            failed = [described(r) for r in late if not good(r, (206,))]
+            assert not failed, f"{len(failed)} of {len(late)} reads failed: {failed}"
+            assert all(len(r["video"].content) == 100 for r in late)
+            body = httpx.get(url + "/readyz", timeout=30).json()
+            assert body["replicas"] == body["replicas_whole"] == 2, body
+        finally:
+            proc.send_signal(signal.SIGINT)  # the CLI takes its app down
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=120)
+            proc.kill()
+            c.shutdown()
 
 
 def test_a_render_builds_on_one_node_and_the_other_node_pulls(served):
@@ -507,3 +664,49 @@ def test_sigterm_drains_the_replicas_a_queued_render_finishes_whole(served):
     assert len(found) == 1, found
     state, video = found[0]
     assert state == "done" and video and Path(video).stat().st_size > 0, found
+
+
+def test_readyz_says_503_while_a_wanted_replica_cannot_start(cluster, tmp_path):
+    """Three replicas wanted, at most one per node, two nodes: two start, the third
+    never can. Once both report (the body counts them), /readyz is still 503, whichever
+    replica answers: ready means every replica wanted is up, not the one that answered."""
+    from ray import serve
+
+    # a Serve of its own, on its own port: the module's (if any) keeps its first port
+    serve.shutdown()
+    root, port = cluster["root"], free_port()
+    cmd = invocation(root / "personas", tmp_path / "cache", "serve", "--port", str(port))
+    cmd += ["--ray", cluster["address"], "--replicas", "3", "--per-node", "1"]
+    cmd += ["--data", str(tmp_path / "data")]
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=root, env=hotplate_env(cluster), stdout=log, stderr=log)
+    url, answers = f"http://127.0.0.1:{port}", []
+    try:
+        deadline = time.monotonic() + READY
+        while True:  # until both replicas that can start run (Serve) and agree (probe)
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, (answers[-3:], log_path.read_text()[-3000:])
+            try:
+                answer = httpx.get(url + "/readyz", timeout=30)
+            except httpx.TransportError:
+                answer = None
+            if answer is not None and answer.headers.get("content-type") == "application/json":
+                answers.append((answer.status_code, answer.json()))
+                body = answer.json()
+                if body.get("replicas_whole") == body.get("replicas_running") == 2:
+                    break
+            time.sleep(0.2)
+        replicas = set()
+        for _ in range(8):  # each replica says so
+            answer = httpx.get(url + "/readyz", timeout=30)
+            body = answer.json()
+            assert answer.status_code == 503 and body["ready"] is False, body
+            assert body["replicas"] == 3 and body["replicas_running"] == 2, body
+            replicas.add(answer.headers["x-hotplate-replica"])
+        print(f"/readyz 503 from {len(replicas)} replicas: {body}")
+    finally:
+        proc.send_signal(signal.SIGINT)  # the CLI takes its app down
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=120)
+        proc.kill()
