@@ -52,6 +52,7 @@ PRIOR_BYTES_PER_SECOND = 32000.0
 FORM_BYTES = 1024  # the multipart boundaries and small fields around a request's audio
 SMOOTHING = 0.3  # weight of the newest measurement (an exponential moving average)
 AUDIO_KINDS = ("render", "stream")  # jobs whose cost follows their audio's length
+SHORT_CLIP = 1.0  # s of audio: a render shorter than this updates a cost's overhead only
 
 # The routes that queue work, and the kind of job each makes.
 WORK_ROUTES = {
@@ -137,9 +138,14 @@ class ServiceTimes:
         self.whole[kind] = _average(self.whole.get(kind), seconds)
         if kind not in AUDIO_KINDS or not audio_seconds:
             return
-        new = Cost.measured(seconds, audio_seconds, first_frame)
         for key in {(backend, size), (backend, None)}:
             old = self.costs.get(key)
+            if old is not None and audio_seconds < SHORT_CLIP:
+                # mostly overhead (and the encoder's flush after the last frame, which a
+                # rate from it would multiply): it moves the overhead only
+                new = Cost(max(seconds - old.rate * audio_seconds, 0.0), old.rate)
+            else:
+                new = Cost.measured(seconds, audio_seconds, first_frame)
             self.costs[key] = new if old is None else old.updated(new)
         if size is not None and names is not None:
             self.sizes[names] = size

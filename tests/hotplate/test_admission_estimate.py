@@ -212,6 +212,11 @@ def test_each_renderer_keeps_its_own_cost(tmp_path):
     times.record("render", "warp", 1.0, 2.0, first_frame=0.1, size=SIZE)
     assert times.estimate("render", "musetalk", 2.0, SIZE) == pytest.approx(20.0)
     assert times.estimate("render", "warp", 2.0, SIZE) < SEEDED.seconds(2.0)
+    # a clip under a second is mostly overhead: it leaves the rate alone
+    before = times.cost("warp", SIZE)
+    times.record("render", "warp", 0.4, 0.2, first_frame=0.1, size=SIZE)
+    after = times.cost("warp", SIZE)
+    assert after.rate == before.rate and after.overhead > before.overhead
     # a renderer with no figure starts from the prior; a size with none, from the
     # renderer's over every size
     assert times.cost("other") == Cost(0.0, 1.0)

@@ -215,7 +215,8 @@ def test_busy_refuses_before_reading_the_body_and_live_closes_1013(world, tmp_pa
     with Server(world, *args, env={"HOTPLATE_MAX_WAIT": "1s"}) as srv, srv.client() as c:
         long = post_render(c, "/v1/renders", world / "long.wav").json()
         wait_state(c, long["id"], ("running",))
-        # the estimate for a 120 s clip (no render measured yet: one second per second)
+        # a 20 MB upload (625 s of audio at 32 kB/s) behind a 120 s clip, nothing measured
+        # yet (a cold world: no warm-up render): one second per second of audio
         answer = raw_post_headers_only(srv.port, 20_000_000)
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 503"), head
