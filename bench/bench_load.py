@@ -42,6 +42,7 @@ from locust.env import Environment
 from locust.exception import StopUser
 
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -369,8 +370,9 @@ def bursts(bench: Bench, root: Path, args, clip: Path, inputs: dict) -> list[str
     try:
         server.wait_ready()
         log = (root / "serve-burst.log").read_text(errors="replace")
-        warm_up = log.split("warm-up render, ")[1:2] or ["none (nothing hot)"]
-        print(f"  burst server's warm-up render: {warm_up[0].splitlines()[0]}", flush=True)
+        warm_up = (log.split("warm-up render, ")[1:2] or ["none (nothing hot)"])[0].splitlines()[0]
+        took = re.search(r"warm-up took ([0-9.]+) s", log)
+        print(f"  burst server's warm-up render: {warm_up}", flush=True)
         results = {"cold": run_burst(server, args.burst, clip)}
         results["warm"] = run_burst(server, args.burst, clip)
     finally:
@@ -378,6 +380,9 @@ def bursts(bench: Bench, root: Path, args, clip: Path, inputs: dict) -> list[str
     at = {**inputs, "audio_seconds": args.burst_clip_seconds, "burst": args.burst,
           "workers": args.burst_workers, "max_wait": args.burst_max_wait}  # fmt: skip
     warm, rows = results["warm"], []
+    if took is not None:
+        bench.figure("burst server: warm-up before ready", float(took[1]), "s", better="lower",
+                     inputs=at, note=f"its renders' cost: {warm_up}")  # fmt: skip
     for label, r in results.items():
         base = {} if label == "warm" else {"baseline": "the warm burst, same server"}
         what = f"{args.burst} renders of {args.burst_clip_seconds:g} s at once"

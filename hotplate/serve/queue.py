@@ -94,12 +94,13 @@ class JobQueue:
         self.workers = [RenderWorker(self.worker_settings) for _ in range(self.n_workers)]
         await asyncio.gather(*(loop.run_in_executor(self.threads, w.start) for w in self.workers))
         if self.warm_up is not None:
-            spec = {"backend": self.renderer}
+            spec, began = {"backend": self.renderer}, time.monotonic()
             runs = [
                 loop.run_in_executor(self.threads, w.warm_up_renders, spec, self.warm_up)
                 for w in self.workers
             ]
             self.seed([r for rs in await asyncio.gather(*runs) for r in rs])
+            print(f"hotplate serve: warm-up took {time.monotonic() - began:.1f} s", flush=True)
         self.tasks = [asyncio.create_task(self._serve(w)) for w in self.workers]
         self.ready = True
 
