@@ -45,7 +45,7 @@ log = logging.getLogger("hotplate.serve")
 PRIOR_RATE = 1.0  # seconds of work per second of audio
 PRIOR_SECONDS = {"render": 10.0, "stream": 10.0, "live": 30.0, "precompile": 30.0}
 # Upload bytes per second of audio before a client's first upload is decoded: a 16 kHz
-# mono 16-bit WAV (what TTS engines and `hotplate demo` write); a 48 kHz stereo WAV is
+# mono 16-bit WAV (what `hotplate demo` and the tests write); a 48 kHz stereo WAV is
 # 6x that (its first estimate is long: refused early, never admitted past max_wait),
 # an MP3 at 128 kb/s half (its first estimate is short, until one has been decoded).
 PRIOR_BYTES_PER_SECOND = 32000.0
@@ -114,8 +114,8 @@ class ServiceTimes:
 
     def seed(self, backend: str, size: str, cost: Cost, names: tuple | None = None) -> None:
         """A warm-up render's cost: the renderer's, for this size and for any size until
-        a job is measured (the largest size's: a request of unknown size is not admitted
-        past max_wait on a smaller one's figure)."""
+        a job is measured (the costliest size's: a request of unknown size is not
+        admitted past max_wait on a cheaper one's figure)."""
         self.costs[(backend, size)] = cost
         known = self.costs.get((backend, None))
         if known is None or cost.seconds(1.0) > known.seconds(1.0):
