@@ -165,7 +165,7 @@ class ServiceTimes:
         size: str | None = None,
     ) -> float:
         """Seconds a job will hold a worker: from its audio when that is known."""
-        if kind in AUDIO_KINDS and audio_seconds:
+        if kind in AUDIO_KINDS and audio_seconds is not None:
             return self.cost(backend, size).seconds(audio_seconds)
         return self.whole.get(kind, PRIOR_SECONDS.get(kind, PRIOR_SECONDS["render"]))
 

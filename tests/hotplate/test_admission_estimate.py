@@ -172,8 +172,10 @@ def test_requests_are_estimated_by_their_own_length_before_and_after_decoding(tm
     ten = scene.queue.admit("render", "a", wav_bytes(10.0))
     assert one.seconds == pytest.approx(SEEDED.seconds(1.0), rel=0.02)
     assert ten.seconds == pytest.approx(SEEDED.seconds(10.0), rel=0.02)
-    # a request with no Content-Length (chunked) is a render of unknown length
+    # a request with no Content-Length (chunked) is a render of unknown length; one
+    # whose body is hardly more than its form costs the overhead
     assert scene.queue.admit("render", "a", None).seconds == 10.0
+    assert scene.queue.admit("render", "a", 900).seconds == pytest.approx(SEEDED.overhead)
     # a client sending 48 kHz stereo WAVs (192 kB a second): its first request looks 6x
     # as long; once one upload is decoded, its next ones are sized right
     stereo = 48000 * 2 * 2
