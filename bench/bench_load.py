@@ -6,7 +6,15 @@ the MP4 back), a stream of one (POST /v1/lip-sync/stream, read to its last fragm
 catalog polls (GET /v1/personas) and thumbnails, with a short pause between; an editor
 refused with 503 waits its Retry-After before going on, as the page does.
 
-1. **Sweeps** of 1, 2, 4 and 8 concurrent editors (--levels), --level-seconds each, on two
+1. **Bursts** on a server of its own (--burst-workers 1, --burst-max-wait 3 s): --burst
+   (12) renders of a --burst-clip-seconds clip sent at the same moment, first on the
+   server fresh from its start (cold: it has rendered only its warm-up clips), then again
+   once that burst is done (warm: it has measured the renders). Per burst: how many were
+   served and refused, and for each refusal the error of its Retry-After, |advertised -
+   actual| / actual, where actual is from the refusal to the end of the last admitted
+   render (the job records' times): when a request sent again would start at once.
+   The cold burst's baseline is the warm one, side by side on the same server.
+2. **Sweeps** of 1, 2, 4 and 8 concurrent editors (--levels), --level-seconds each, on two
    servers started side by side from the same store: the server as users run it
    (admission: --max-wait 30 s) and the baseline, the same server with admission off (an
    unbounded queue: --max-wait off, --queue-size 100000). Levels alternate between them,
@@ -14,7 +22,7 @@ refused with 503 waits its Retry-After before going on, as the page does.
    per route (answers 200 only), throughput (work answered per second), the share of
    503s, the real-time factor of each stream (audio seconds over the stream's seconds
    from request to last byte: >= 1 keeps up), and the p95 of the first fragment.
-2. **A soak** of --soak-minutes (10; --quick 20 s) at --soak-editors on the admission
+3. **A soak** of --soak-minutes (10; --quick 20 s) at --soak-editors on the admission
    server, sampling every --sample-seconds the server's and its workers' memory (RSS),
    descriptors and threads and the data dir's size: the figures are slopes fitted over
    the samples after the first fifth (warm-up), and the first and last readings. The
@@ -31,8 +39,10 @@ from __future__ import annotations
 # it comes first and the rest after it
 from locust import HttpUser, between, task
 from locust.env import Environment
+from locust.exception import StopUser
 
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -42,6 +52,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import gevent
+import gevent.event
 import numpy as np
 import psutil
 import requests
@@ -67,6 +78,10 @@ def add_arguments(ap) -> None:
     ap.add_argument("--resolution", default="1080x1920", help="WxH of the presenter loop")
     ap.add_argument("--workers", default="auto", help="the servers' --workers")
     ap.add_argument("--keep-videos", default="1m", help="the servers' --keep-videos")
+    ap.add_argument("--burst", type=int, default=12, help="renders sent at once (0: none)")
+    ap.add_argument("--burst-clip-seconds", type=float, default=1.0, help="audio of each")
+    ap.add_argument("--burst-workers", type=int, default=1, help="the burst server's")
+    ap.add_argument("--burst-max-wait", default="3s", help="the burst server's --max-wait")
 
 
 # -- the world and the servers ---------------------------------------------------------
@@ -84,6 +99,12 @@ def make_world(root: Path, frames: int, size: tuple[int, int], clip_s: float) ->
         [*cli(root), "precompile", str(loop)], check=True, capture_output=True, timeout=1800
     )
     return write_wav(root / "clip.wav", make_speech_audio(clip_s), 16000)
+
+
+def write_clip(path: Path, seconds: float) -> Path:
+    from hotplate.demo_data import make_speech_audio, write_wav
+
+    return write_wav(path, make_speech_audio(seconds, seed=2), 16000)
 
 
 def cli(root: Path) -> list[str]:
@@ -275,6 +296,137 @@ def first_fragment_reader():
     return (lambda: state["first"]), feed
 
 
+class BurstAnswers:
+    """What each request of a burst got: status, Retry-After (whole and unrounded), job,
+    and the wall time its answer ended (the job records use the same clock)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.got, self.go = n, [], gevent.event.Event()
+
+
+def burst_class(clip: Path, answers: BurstAnswers) -> type[HttpUser]:
+    audio = clip.read_bytes()
+    form = {"persona": "astro", "attire": "studio"}
+
+    class Sender(HttpUser):
+        wait_time = between(0, 0)
+        network_timeout = connection_timeout = 600.0
+
+        @task
+        def render(self) -> None:
+            answers.go.wait()  # every sender up: they POST at the same moment
+            files = {"audio": ("clip.wav", audio, "audio/wav")}
+            with self.client.post(
+                "/v1/lip-sync", data=form, files=files, name="burst", catch_response=True
+            ) as r:
+                r.success()
+            got = {"status": r.status_code, "at": time.time(), "job": None, "retry": None}
+            if r.status_code == 200:
+                got["job"] = r.headers.get("X-Hotplate-Job")
+            elif r.status_code == 503:
+                got["retry"] = int(r.headers.get("Retry-After", "0") or 0)
+                got["retry_s"] = r.json().get("retry_after_seconds")
+            answers.got.append(got)
+            raise StopUser()
+
+    return Sender
+
+
+def run_burst(server: Server, n: int, clip: Path) -> dict:
+    """`n` renders of `clip` at once; served, refused and each refusal's Retry-After
+    against the end of the last admitted render."""
+    answers = BurstAnswers(n)
+    env = Environment(user_classes=[burst_class(clip, answers)], host=server.url)
+    runner = env.create_local_runner()
+    runner.start(n, spawn_rate=100)  # they wait for `go`: how fast they spawn is moot
+    deadline = time.monotonic() + READY_TIMEOUT
+    while runner.user_count < n and time.monotonic() < deadline:
+        gevent.sleep(0.01)
+    answers.go.set()
+    while len(answers.got) < n and time.monotonic() < deadline:
+        gevent.sleep(0.05)
+    runner.quit()
+    served = [g for g in answers.got if g["status"] == 200]
+    refused = [g for g in answers.got if g["status"] == 503 and g["retry"]]
+    other = [g for g in answers.got if g not in served and g not in refused]
+    FAILURES.extend(f"burst: {g['status']}" for g in other)
+    jobs = [requests.get(f"{server.url}/v1/renders/{g['job']}").json() for g in served]
+    drained = max((j["finished"] for j in jobs), default=float("nan"))
+    errors = [abs(g["retry"] - (drained - g["at"])) / (drained - g["at"]) for g in refused]
+    return {
+        "served": len(served),
+        "refused": len(refused),
+        "retry_after": [g["retry"] for g in refused],
+        "actual": [drained - g["at"] for g in refused],
+        "errors": errors,
+        "render_s": [j["finished"] - j["started"] for j in jobs],
+    }
+
+
+def bursts(bench: Bench, root: Path, args, clip: Path, inputs: dict) -> list[str]:
+    """The cold and the warm burst on a server of their own (module doc); table rows."""
+    flags = ["--workers", str(args.burst_workers), "--max-wait", args.burst_max_wait]
+    server = Server(root, "burst", [*flags, "--keep-videos", args.keep_videos])
+    try:
+        server.wait_ready()
+        log = (root / "serve-burst.log").read_text(errors="replace")
+        warm_up = (log.split("warm-up render, ")[1:2] or ["none (nothing hot)"])[0].splitlines()[0]
+        took = re.search(r"warm-up took ([0-9.]+) s", log)
+        print(f"  burst server's warm-up render: {warm_up}", flush=True)
+        results = {"cold": run_burst(server, args.burst, clip)}
+        results["warm"] = run_burst(server, args.burst, clip)
+    finally:
+        server.stop()
+    at = {**inputs, "audio_seconds": args.burst_clip_seconds, "burst": args.burst,
+          "workers": args.burst_workers, "max_wait": args.burst_max_wait}  # fmt: skip
+    warm, rows = results["warm"], []
+    if took is not None:
+        bench.figure("burst server: warm-up before ready", float(took[1]), "s", better="lower",
+                     inputs=at, note=f"its renders' cost: {warm_up}")  # fmt: skip
+    for label, r in results.items():
+        base = {} if label == "warm" else {"baseline": "the warm burst, same server"}
+        what = f"{args.burst} renders of {args.burst_clip_seconds:g} s at once"
+        bench.figure(f"{label} burst: served", r["served"], "renders", inputs=at, note=what,
+                     **base, **({"baseline_value": warm["served"]} if base else {}))  # fmt: skip
+        bench.figure(f"{label} burst: refused", r["refused"], "renders", better="lower",
+                     inputs=at, note="503 with Retry-After")  # fmt: skip
+        for name, pick in (("median", np.median), ("worst", np.max)):
+            value = float(pick(r["errors"])) if r["errors"] else float("nan")
+            bench.figure(
+                f"{label} burst: Retry-After error {name}",
+                value,
+                "share",
+                better="lower",
+                inputs=at,
+                note="|advertised - actual| / actual; actual: to the last admitted render's end"
+                if r["errors"]
+                else "nothing refused",
+            )
+        rows.append(burst_row(label, r))
+    return rows
+
+
+def burst_row(label: str, r: dict) -> str:
+    med = lambda v: f"{np.median(v):.2f}" if v else "-"  # noqa: E731
+    errors = r["errors"]
+    cells = [
+        label,
+        str(r["served"]),
+        str(r["refused"]),
+        med(r["retry_after"]),
+        med(r["actual"]),
+        f"{np.median(errors):.0%} / {max(errors):.0%}" if errors else "-",
+        med(r["render_s"]),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+BURST_HEAD = (
+    "| burst | served | refused | Retry-After s (median) | drained in s (median) | "
+    "Retry-After error median / worst | render s (median) |\n| --- | --- | --- | --- | --- | --- | --- |"
+)
+
+
 def run_editors(server: Server, editors: int, seconds: float, clip: Path, clip_s: float):
     """`editors` Locust users on `server` for `seconds`; returns the Tally and the wall."""
     tally = Tally()
@@ -430,11 +582,43 @@ def stop_on_signals() -> None:
         gevent.signal_handler(sig, lambda: main.throw(KeyboardInterrupt()))
 
 
+def sweeps_and_soak(bench: Bench, root: Path, levels: list[int], clip: Path, inputs: dict):
+    """Phases 2 and 3 (module doc) on the admission server and the baseline; table rows."""
+    a = bench.args
+    common = ["--workers", str(a.workers), "--keep-videos", a.keep_videos]
+    servers = {
+        "admission": Server(root, "admission", common),
+        "baseline (admission off)": Server(
+            root, "baseline", [*common, "--max-wait", "off", "--queue-size", "100000"]
+        ),
+    }
+    rows: list[str] = []
+    try:
+        for s in servers.values():
+            s.wait_ready()
+        inputs["workers"] = requests.get(servers["admission"].url + "/readyz").json()["workers"]
+        for editors in levels:
+            for label, server in servers.items():
+                tally, wall = run_editors(server, editors, a.level_seconds, clip, a.clip_seconds)
+                report_level(bench, label, editors, tally, wall, inputs)
+                rows.append(table_row(label, editors, tally, wall))
+                FAILURES.extend(f"{label}, {editors}: {f}" for f in tally.failed)
+                print(f"  load average: {os.getloadavg()[0]:.2f}", flush=True)
+        if a.soak_minutes > 0:
+            tally = soak(bench, servers["admission"], a.soak_minutes, a.soak_editors,
+                         a.sample_seconds, clip, a.clip_seconds, inputs)  # fmt: skip
+            FAILURES.extend(f"soak: {f}" for f in tally.failed)
+    finally:
+        for s in servers.values():
+            s.stop()
+    return rows
+
+
 def main(bench: Bench) -> None:
     stop_on_signals()
     a = bench.args
-    levels = [int(x) for x in a.levels.split(",")]
-    level_s, soak_min, frames, keep = a.level_seconds, a.soak_minutes, a.loop_frames, a.keep_videos
+    levels = [int(x) for x in a.levels.split(",") if x.strip()]
+    soak_min, frames = a.soak_minutes, a.loop_frames
     w, h = (int(x) for x in a.resolution.lower().split("x"))
     inputs = {"loop_frames": frames, "resolution": f"{w}x{h}", "audio_seconds": a.clip_seconds,
               "renderer": "warp", "recipe": "default", "workers": a.workers}  # fmt: skip
@@ -442,40 +626,22 @@ def main(bench: Bench) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
         root = Path(tmp)
         clip = make_world(root, frames, (w, h), a.clip_seconds)
-        common = ["--workers", str(a.workers), "--keep-videos", keep]
-        servers = {
-            "admission": Server(root, "admission", common),
-            "baseline (admission off)": Server(
-                root, "baseline", [*common, "--max-wait", "off", "--queue-size", "100000"]
-            ),
-        }
-        failed = FAILURES
-        try:
-            for s in servers.values():
-                s.wait_ready()
-            inputs["workers"] = requests.get(servers["admission"].url + "/readyz").json()["workers"]
-            rows = []
-            for editors in levels:
-                for label, server in servers.items():
-                    tally, wall = run_editors(server, editors, level_s, clip, a.clip_seconds)
-                    report_level(bench, label, editors, tally, wall, inputs)
-                    rows.append(table_row(label, editors, tally, wall))
-                    failed += [f"{label}, {editors}: {f}" for f in tally.failed]
-                    print(f"  load average: {os.getloadavg()[0]:.2f}", flush=True)
-            tally = soak(bench, servers["admission"], soak_min, a.soak_editors,
-                         a.sample_seconds, clip, a.clip_seconds, inputs)  # fmt: skip
-            failed += [f"soak: {f}" for f in tally.failed]
-        finally:
-            for s in servers.values():
-                s.stop()
-    print(f"\n{TABLE_HEAD}", *rows, sep="\n")
+        burst_clip = write_clip(root / "burst.wav", a.burst_clip_seconds)
+        burst_rows = bursts(bench, root, a, burst_clip, inputs) if a.burst else []
+        print(f"  load average: {os.getloadavg()[0]:.2f}", flush=True)
+        rows = sweeps_and_soak(bench, root, levels, clip, inputs) if levels or soak_min else []
+    if burst_rows:
+        print(f"\n{BURST_HEAD}", *burst_rows, sep="\n")
+    if rows:
+        print(f"\n{TABLE_HEAD}", *rows, sep="\n")
     print(f"\nload average at end: {os.getloadavg()}", flush=True)
-    if failed:
-        print(f"{len(failed)} failed request(s):", *failed[:20], sep="\n  ", file=sys.stderr)
+    if FAILURES:
+        print(f"{len(FAILURES)} failed request(s):", *FAILURES[:20], sep="\n  ", file=sys.stderr)
 
 
 if __name__ == "__main__":
     quick = {"levels": "1,2", "level_seconds": 5.0, "soak_minutes": 20 / 60, "loop_frames": 8}
     quick |= {"sample_seconds": 2.0, "resolution": "270x480", "keep_videos": "10s"}
+    quick |= {"burst_clip_seconds": 5.0}  # about 0.7 s a render at 270x480: some are refused
     run_bench(main, __doc__, add_arguments, quick=quick)
     sys.exit(1 if FAILURES else 0)  # a failed request fails the run, after the figures

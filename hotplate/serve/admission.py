@@ -2,13 +2,21 @@
 `--max-wait`; otherwise it is refused at once, before any of its body is read, with a
 503 and `Retry-After` (a live session: close code 1013 right after the handshake).
 
-- `ServiceTimes` is what the queue has measured: per renderer, seconds of work per second
-  of audio (renders and streams); per kind, the seconds of a whole job (a precompile, a
-  live session, or a render whose audio has not been read yet).
+- `ServiceTimes` is the cost model: per renderer and avatar size, a render's (or a
+  stream's) seconds on a worker as `overhead + rate x seconds of audio` (`Cost`), seeded
+  at start by each worker's warm-up render of every avatar size the store holds hot
+  (workers.warm_up_renders), then updated from every finished job; per kind, the seconds
+  of a whole job whose length is not known (a precompile, a live session).
+- A request's own size: before its body is read, its audio's length is estimated from its
+  Content-Length and the bytes per second of audio its client's uploads have had (a
+  16 kHz mono 16-bit WAV's until one is decoded); once the route has decoded the audio,
+  its job is estimated from the decoded length, its renderer and its avatar's size.
 - `expected_start` plays the queue forward: the running jobs' remaining estimates, then
   the jobs ahead (an editor's request is behind other editors' work, ahead of queued
   precompiles), dispatched as the queue dispatches them (first come first served within
   a priority, a client holding `cap` workers waits), until a worker would take the new one.
+  A refusal's `Retry-After` is that start: when the work now ahead of it has drained, and
+  a request sent then is served at once.
 - `Admission` is the ASGI middleware (inside the guard, so the caller is known) that asks
   the queue for a `Ticket` before the route runs. The ticket holds the request's place in
   the estimate while its upload is read, so a burst arriving at once is admitted only as
@@ -32,10 +40,19 @@ from hotplate.serve.problems import problem_body
 
 log = logging.getLogger("hotplate.serve")
 
-# Before the first measurement of its kind (the first job on an idle worker needs none):
+# Before the first measurement of its kind (a warm-up render seeds the renderer's cost;
+# the first job on an idle worker needs no estimate):
 PRIOR_RATE = 1.0  # seconds of work per second of audio
 PRIOR_SECONDS = {"render": 10.0, "stream": 10.0, "live": 30.0, "precompile": 30.0}
+# Upload bytes per second of audio before a client's first upload is decoded: a 16 kHz
+# mono 16-bit WAV (what `hotplate demo` and the tests write); a 48 kHz stereo WAV is
+# 6x that (its first estimate is long: refused early, never admitted past max_wait),
+# an MP3 at 128 kb/s half (its first estimate is short, until one has been decoded).
+PRIOR_BYTES_PER_SECOND = 32000.0
+FORM_BYTES = 1024  # the multipart boundaries and small fields around a request's audio
 SMOOTHING = 0.3  # weight of the newest measurement (an exponential moving average)
+AUDIO_KINDS = ("render", "stream")  # jobs whose cost follows their audio's length
+SHORT_CLIP = 1.0  # s of audio: a render shorter than this updates a cost's overhead only
 
 # The routes that queue work, and the kind of job each makes.
 WORK_ROUTES = {
@@ -55,24 +72,118 @@ def priority_of(kind: str) -> str:
     return "background" if kind == "precompile" else "editor"
 
 
+@dataclass(frozen=True)
+class Cost:
+    """A render's seconds on a worker: `overhead` (resolve, lease, load the avatar, decode
+    the audio: until the first frame) plus `rate` seconds per second of audio."""
+
+    overhead: float
+    rate: float
+
+    def seconds(self, audio_seconds: float) -> float:
+        return self.overhead + self.rate * audio_seconds
+
+    def updated(self, new: Cost) -> Cost:
+        return Cost(_average(self.overhead, new.overhead), _average(self.rate, new.rate))
+
+    @classmethod
+    def measured(cls, seconds: float, audio_seconds: float, first_frame: float | None) -> Cost:
+        """One render's cost: `first_frame` (JIT excluded) is its overhead, the rest its
+        rate; without it, all of it is rate."""
+        overhead = min(max(first_frame or 0.0, 0.0), seconds)
+        return cls(overhead, (seconds - overhead) / audio_seconds)
+
+
+PRIOR_COST = Cost(0.0, PRIOR_RATE)
+
+
+def default_motion(motion: str | None) -> str:
+    return motion or "default"  # pipeline.personas.DEFAULT, without importing the pipeline
+
+
 class ServiceTimes:
-    """Service times the queue measured (module doc), as moving averages."""
+    """The cost model (module doc): moving averages of what the workers measured."""
 
     def __init__(self) -> None:
-        self.rate: dict[str, float] = {}  # backend -> seconds of work per second of audio
+        # (renderer, "WxH") -> Cost, and (renderer, None) -> Cost over every size: what a
+        # request whose avatar is not known yet (its form not read) is estimated with
+        self.costs: dict[tuple[str, str | None], Cost] = {}
+        self.sizes: dict[tuple[str, str, str], str] = {}  # (persona, attire, motion) -> WxH
         self.whole: dict[str, float] = {}  # kind -> seconds per job
+        self.upload: dict[str, float] = {}  # client ("" for any) -> bytes per audio second
 
-    def record(self, kind: str, backend: str, seconds: float, audio_seconds: float | None):
-        """One finished job: `seconds` on its worker (JIT excluded), its audio length."""
+    def seed(self, backend: str, size: str, cost: Cost, names: tuple | None = None) -> None:
+        """A warm-up render's cost: the renderer's, for this size and for any size until
+        a job is measured (the costliest size's: a request of unknown size is not
+        admitted past max_wait on a cheaper one's figure)."""
+        self.costs[(backend, size)] = cost
+        known = self.costs.get((backend, None))
+        if known is None or cost.seconds(1.0) > known.seconds(1.0):
+            self.costs[(backend, None)] = cost
+        if names is not None:
+            self.sizes[names] = size
+
+    def record(
+        self,
+        kind: str,
+        backend: str,
+        seconds: float,
+        audio_seconds: float | None,
+        first_frame: float | None = None,
+        size: str | None = None,
+        names: tuple | None = None,
+    ) -> None:
+        """One finished job: `seconds` on its worker and `first_frame` of them before its
+        first frame (JIT excluded from both), its audio's length, its avatar's size."""
         self.whole[kind] = _average(self.whole.get(kind), seconds)
-        if kind in ("render", "stream") and audio_seconds:
-            self.rate[backend] = _average(self.rate.get(backend), seconds / audio_seconds)
+        if kind not in AUDIO_KINDS or not audio_seconds:
+            return
+        for key in {(backend, size), (backend, None)}:
+            old = self.costs.get(key)
+            if old is not None and audio_seconds < SHORT_CLIP:
+                # mostly overhead (and the encoder's flush after the last frame, which a
+                # rate from it would multiply): it moves the overhead only
+                new = Cost(max(seconds - old.rate * audio_seconds, 0.0), old.rate)
+            else:
+                new = Cost.measured(seconds, audio_seconds, first_frame)
+            self.costs[key] = new if old is None else old.updated(new)
+        if size is not None and names is not None:
+            self.sizes[names] = size
 
-    def estimate(self, kind: str, backend: str = "", audio_seconds: float | None = None):
+    def cost(self, backend: str, size: str | None = None) -> Cost:
+        """The renderer's cost for this size, else over every size, else the prior."""
+        return self.costs.get((backend, size)) or self.costs.get((backend, None)) or PRIOR_COST
+
+    def size_of(self, persona: str, attire: str, motion: str | None) -> str | None:
+        return self.sizes.get((persona, attire, default_motion(motion)))
+
+    def estimate(
+        self,
+        kind: str,
+        backend: str = "",
+        audio_seconds: float | None = None,
+        size: str | None = None,
+    ) -> float:
         """Seconds a job will hold a worker: from its audio when that is known."""
-        if kind in ("render", "stream") and audio_seconds:
-            return self.rate.get(backend, PRIOR_RATE) * audio_seconds
+        if kind in AUDIO_KINDS and audio_seconds is not None:
+            return self.cost(backend, size).seconds(audio_seconds)
         return self.whole.get(kind, PRIOR_SECONDS.get(kind, PRIOR_SECONDS["render"]))
+
+    def audio_of_upload(self, client: str, body_bytes: int | None) -> float | None:
+        """Seconds of audio a request of `body_bytes` (its Content-Length) likely carries:
+        by its client's uploads so far, else anyone's, else the prior's."""
+        if not body_bytes:
+            return None
+        per_s = self.upload.get(client) or self.upload.get("") or PRIOR_BYTES_PER_SECOND
+        return max(body_bytes - FORM_BYTES, 0) / per_s
+
+    def learn_upload(self, client: str, body_bytes: int | None, audio_seconds: float | None):
+        """A decoded upload: its bytes per second of audio, for the client's next ones."""
+        if not body_bytes or not audio_seconds or body_bytes <= FORM_BYTES:
+            return
+        per_s = (body_bytes - FORM_BYTES) / audio_seconds
+        for key in (client, ""):
+            self.upload[key] = _average(self.upload.get(key), per_s)
 
 
 def _average(old: float | None, new: float) -> float:
@@ -115,13 +226,19 @@ def expected_start(
         now = busy.pop(0)[0]
 
 
+def whole_seconds(seconds: float) -> int:
+    """A wait as Retry-After gives it: whole seconds, the nearest, at least 1."""
+    return max(1, math.floor(seconds + 0.5))
+
+
 class Busy(Exception):
-    """A request refused now: why (busy, queue_full, draining) and when to come back."""
+    """A request refused now: why (busy, queue_full, draining) and when to come back:
+    `wait` as estimated, `retry_after` as the header says it (`whole_seconds`)."""
 
     def __init__(self, reason: str, retry_after: float, detail: str) -> None:
         super().__init__(detail)
-        self.reason, self.detail = reason, detail
-        self.retry_after = max(1, math.ceil(retry_after))
+        self.reason, self.detail, self.wait = reason, detail, max(0.0, retry_after)
+        self.retry_after = whole_seconds(retry_after)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -130,12 +247,14 @@ class Busy(Exception):
 
 @dataclass(eq=False)
 class Ticket:
-    """An admitted request's place in the estimate until its job is queued (or it ends)."""
+    """An admitted request's place in the estimate until its job is queued (or it ends):
+    its estimate, and its Content-Length (to learn its client's bytes per audio second)."""
 
     kind: str
     client: str
     seconds: float
     release: Callable[[Ticket], None]
+    body_bytes: int | None = None
     used: bool = False
 
     def done(self) -> None:
@@ -143,6 +262,14 @@ class Ticket:
         if not self.used:
             self.used = True
             self.release(self)
+
+
+def content_length(scope: dict) -> int | None:
+    """The request's Content-Length header (None when absent, chunked or not a number)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
 
 
 class Admission:
@@ -160,7 +287,9 @@ class Admission:
             return
         client = scope.get("state", {}).get("client")
         try:
-            ticket = service.queue.admit(kind, getattr(client, "id", "local"))
+            ticket = service.queue.admit(
+                kind, getattr(client, "id", "local"), content_length(scope)
+            )
         except Busy as busy:
             service.metrics.refused.labels(kind, busy.reason).inc()
             request_id = scope.get("state", {}).get("request_id", "")
@@ -181,9 +310,12 @@ class Admission:
 
 
 async def refuse_http(scope: dict, receive: Any, send: Any, busy: Busy, request_id: str) -> None:
-    """503 problem+json with Retry-After, sent before the body is read; the connection
+    """503 problem+json with Retry-After (and `retry_after_seconds`, the estimate before it
+    was rounded to whole seconds), sent before the body is read; the connection
     closes after a bounded linger drops what the client still sends (guard.linger)."""
-    body = json.dumps(problem_body(503, busy.detail, scope.get("path", ""), request_id)).encode()
+    problem = problem_body(503, busy.detail, scope.get("path", ""), request_id)
+    problem["retry_after_seconds"] = round(busy.wait, 2)  # the estimate the header rounds
+    body = json.dumps(problem).encode()
     headers = [
         (b"content-type", b"application/problem+json"),
         (b"content-length", str(len(body)).encode()),

@@ -60,6 +60,8 @@ class Service:
             Retention(seconds(config.keep_videos), config.data, config.max_data_size),
             max_wait=seconds(config.max_wait),
             cap=config.per_client_cap,
+            renderer=s.renderer,
+            warm_up=self.recipe_for_backend(s.renderer),  # seeds admission (queue.py)
         )
         self.metrics.watch(
             lambda: len(self.queue.workers),

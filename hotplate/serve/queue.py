@@ -3,7 +3,9 @@
 Jobs wait in arrival order; a free worker takes the first one, an editor's (render,
 stream, live) before any background precompile, skipping a client that already holds
 its share of workers (`cap`, `--max-per-client`). `admit` refuses work a worker would
-not start within `max_wait` (admission.py says how that is estimated).
+not start within `max_wait` (admission.py says how that is estimated). Before it says it
+is ready, every worker renders a warm-up clip of each avatar size the store holds hot,
+which seeds the estimate (workers.warm_up_renders).
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from typing import Any
 from hotplate.serve.admission import (
     TICKET,
     Busy,
+    Cost,
     ServiceTimes,
     Slot,
     Ticket,
+    default_motion,
     expected_start,
     priority_of,
+    whole_seconds,
 )
 from hotplate.serve.metrics import Metrics
 from hotplate.serve.problems import Problem
@@ -54,8 +59,15 @@ class JobQueue:
         retention: Retention | None = None,
         max_wait: float | None = None,
         cap: int | None = None,
+        renderer: str = "warp",
+        warm_up: Any = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """`renderer`: the server's default (a request's renderer is not known before its
+        form is read); `warm_up`: the recipe for the workers' warm-up renders (None: no
+        warm-up); `clock`: wall seconds, for jobs' times and the estimates."""
         self.records, self.worker_settings = records, worker_settings
+        self.renderer, self.warm_up, self.clock = renderer, warm_up, clock
         self.n_workers, self.size = workers, size
         self.max_wait, self.cap = max_wait, cap or workers
         self.live: dict[str, Job] = {}  # queued or running
@@ -81,8 +93,34 @@ class JobQueue:
         loop = asyncio.get_running_loop()
         self.workers = [RenderWorker(self.worker_settings) for _ in range(self.n_workers)]
         await asyncio.gather(*(loop.run_in_executor(self.threads, w.start) for w in self.workers))
+        if self.warm_up is not None:
+            spec, began = {"backend": self.renderer}, time.monotonic()
+            runs = [
+                loop.run_in_executor(self.threads, w.warm_up_renders, spec, self.warm_up)
+                for w in self.workers
+            ]
+            self.seed([r for rs in await asyncio.gather(*runs) for r in rs])
+            print(f"hotplate serve: warm-up took {time.monotonic() - began:.1f} s", flush=True)
         self.tasks = [asyncio.create_task(self._serve(w)) for w in self.workers]
         self.ready = True
+
+    def seed(self, renders: list[dict]) -> None:
+        """The workers' warm-up renders (all at once, as a burst runs them): each size's
+        cost, averaged over the workers (workers.warm_up_renders)."""
+        by_size: dict[tuple, list[Cost]] = {}
+        for r in renders:
+            cost = Cost.measured(r["seconds"], r["audio_seconds"], r["first_frame_seconds"])
+            by_size.setdefault((r["backend"], r["size"], tuple(r["names"])), []).append(cost)
+        for (backend, size, names), costs in by_size.items():
+            mean = Cost(
+                sum(c.overhead for c in costs) / len(costs), sum(c.rate for c in costs) / len(costs)
+            )
+            self.times.seed(backend, size, mean, names)
+            print(
+                f"hotplate serve: warm-up render, {backend} {size}: {mean.overhead:.2f} s "
+                f"+ {mean.rate:.2f} s per second of audio",
+                flush=True,
+            )
 
     async def stop(self) -> None:
         """The clean end (after a drain, or when the app shuts down): workers asked to
@@ -136,10 +174,11 @@ class JobQueue:
 
     # -- submitting and cancelling ----------------------------------------------------
 
-    def admit(self, kind: str, client: str) -> Ticket:
-        """A place for a request of `kind` from `client`, or Busy (503 with Retry-After):
-        the server drains, the queue holds `size` jobs, or a worker is not expected to
-        start it within max_wait."""
+    def admit(self, kind: str, client: str, body_bytes: int | None = None) -> Ticket:
+        """A place for a request of `kind` from `client` whose body is `body_bytes` long
+        (its Content-Length, when it has one), or Busy (503 with Retry-After): the server
+        drains, the queue holds `size` jobs, or a worker is not expected to start it
+        within max_wait. Retry-After is when a worker is expected to be free for it."""
         if self.draining_until is not None:
             left = self.draining_until - time.monotonic()
             raise Busy(
@@ -157,22 +196,23 @@ class JobQueue:
         if self.max_wait is not None:
             start = self.expected_start(kind, client)
             if start > self.max_wait:
-                retry = start - self.max_wait
                 raise Busy(
                     "busy",
-                    retry,
-                    f"the server is busy: a worker would start this in about {start:.0f} s, "
+                    start,
+                    f"the server is busy: a worker would start this in about {start:.1f} s, "
                     f"over the {self.max_wait:g} s it may wait (--max-wait); "
-                    f"retry in {max(1, round(retry))} s",
+                    f"retry in {whole_seconds(start)} s",
                 )
-        ticket = Ticket(kind, client, self.times.estimate(kind), self._release)
+        audio = self.times.audio_of_upload(client, body_bytes)
+        seconds = self.times.estimate(kind, self.renderer, audio)
+        ticket = Ticket(kind, client, seconds, self._release, body_bytes)
         self.tickets.append(ticket)
         self.metrics.admitted.labels(kind).inc()
         return ticket
 
     def expected_start(self, kind: str, client: str) -> float:
         """Seconds until a worker would start a new job of `kind` from `client`."""
-        now, editor = time.time(), priority_of(kind) == "editor"
+        now, editor = self.clock(), priority_of(kind) == "editor"
         running = [
             Slot(self._remaining(job, now), job.owner or "")
             for job in (self.live.get(jid) for jid in self.running)
@@ -199,7 +239,8 @@ class JobQueue:
         return max(0.0, self._estimate(job) - elapsed)
 
     def _estimate(self, job: Job) -> float:
-        return self.times.estimate(job.kind, job.backend, job.audio_seconds)
+        size = self.times.size_of(job.persona, job.attire, job.motion)
+        return self.times.estimate(job.kind, job.backend, job.audio_seconds, size)
 
     def _release(self, ticket: Ticket) -> None:
         if ticket in self.tickets:
@@ -216,6 +257,7 @@ class JobQueue:
                 self.metrics.refused.labels(job.kind, busy.reason).inc()
                 raise Problem(503, busy.detail, busy.headers) from None
         ticket.done()
+        self.times.learn_upload(ticket.client, ticket.body_bytes, job.audio_seconds)
         self.waiting.append((job, request_fields, recipe))
         self.live[job.id] = job
         self.records.save(job)
@@ -250,7 +292,7 @@ class JobQueue:
         job.state = "cancelled"  # first: the dispatcher then ignores what the worker says
         if worker is not None:  # kill the process running this job, never its replacement
             await asyncio.get_running_loop().run_in_executor(None, worker.kill, worker.process)
-        await self._finish(job, "cancelled", error=reason, status=499)
+        await self.finish(job, "cancelled", error=reason, status=499)
         return True
 
     async def wait(self, job: Job, seen: tuple, timeout: float) -> None:
@@ -275,7 +317,6 @@ class JobQueue:
         loop = asyncio.get_running_loop()
         while True:
             job, request_fields, recipe = await self._take(worker)
-            job.state, job.started = "running", time.time()
             self.metrics.queue_wait.labels(job.kind).observe(job.started - job.created)
             self.records.save(job)
             await self._notify()
@@ -287,7 +328,7 @@ class JobQueue:
                 await self._follow(job, worker)
             except (OSError, EOFError, ValueError) as exc:  # the pipe broke: the worker died
                 if job.state == "running":
-                    await self._finish(
+                    await self.finish(
                         job, "failed", error=f"the render worker died ({exc})", status=500
                     )
             finally:
@@ -302,12 +343,20 @@ class JobQueue:
     async def _take(self, worker: RenderWorker) -> Entry:
         """The next job for `worker`, once there is one it may take (module doc)."""
         while True:
-            entry = self._pick()
+            entry = self.dispatch(worker)
             if entry is not None:
-                self.running[entry[0].id] = worker  # before any await: the cap counts it
                 return entry
             self.work.clear()
             await self.work.wait()
+
+    def dispatch(self, worker: Any) -> Entry | None:
+        """The job `worker` takes now (module doc), marked running, or None."""
+        entry = self._pick()
+        if entry is not None:
+            job = entry[0]
+            self.running[job.id] = worker  # before any await: the cap counts it
+            job.state, job.started = "running", self.clock()
+        return entry
 
     def _pick(self) -> Entry | None:
         self.waiting = [e for e in self.waiting if e[0].state == "queued"]  # drop cancelled
@@ -337,7 +386,7 @@ class JobQueue:
                 return
             if msg is None:
                 code = await loop.run_in_executor(self.threads, worker.exitcode)
-                await self._finish(
+                await self.finish(
                     job, "failed", error=f"the render worker died (exit code {code})", status=500
                 )
                 return
@@ -350,13 +399,13 @@ class JobQueue:
                     job.jit = False
                 await self._notify()
             elif msg[0] == "ok":
-                await self._finish(job, "done", result=msg[2])
+                await self.finish(job, "done", result=msg[2])
                 return
             else:
-                await self._finish(job, "failed", error=msg[3], status=msg[2])
+                await self.finish(job, "failed", error=msg[3], status=msg[2])
                 return
 
-    async def _finish(
+    async def finish(
         self,
         job: Job,
         state: str,
@@ -364,8 +413,13 @@ class JobQueue:
         error: str | None = None,
         status: int | None = None,
     ) -> None:
-        job.state, job.finished, job.error, job.status = state, time.time(), error, status
-        for key, value in (result or {}).items():
+        """A job's end (its worker's answer, its death, a cancel): recorded, measured,
+        its files kept or removed; its worker counts as free from here."""
+        job.state, job.finished, job.error, job.status = state, self.clock(), error, status
+        self.running.pop(job.id, None)
+        result = dict(result or {})
+        size = result.pop("size", None)  # the avatar's WxH: for the estimate, not the record
+        for key, value in result.items():
             if hasattr(job, key):
                 setattr(job, key, value)
         job.total_seconds = job.finished - job.created
@@ -375,7 +429,7 @@ class JobQueue:
             remove(job.video)
             job.video = None
         else:
-            self._measure(job)
+            self._measure(job, size)
         self.metrics.renders.labels(state).inc()
         self.live.pop(job.id, None)
         self.records.save(job)
@@ -383,7 +437,7 @@ class JobQueue:
             await asyncio.to_thread(self._retain, None)
         await self._notify()
 
-    def _measure(self, job: Job) -> None:
+    def _measure(self, job: Job, size: str | None = None) -> None:
         """A finished job's figures: its service time (for admission) and the histograms."""
         m = self.metrics
         service = job.finished - (job.started or job.created)
@@ -393,7 +447,9 @@ class JobQueue:
             m.jit.inc()
             m.jit_seconds.observe(jit)
         rendering = max(service - jit, 0.0)
-        self.times.record(job.kind, job.backend, rendering, job.audio_seconds)
+        first = job.first_frame_seconds - jit if job.first_frame_seconds is not None else None
+        names = (job.persona, job.attire, default_motion(job.motion))
+        self.times.record(job.kind, job.backend, rendering, job.audio_seconds, first, size, names)
         if job.kind != "precompile" and job.audio_seconds and rendering > 0:
             m.realtime_factor.labels(job.kind, job.backend).observe(job.audio_seconds / rendering)
 

@@ -12,17 +12,26 @@ in pipeline/nets/modelcache.py for as long as they live. One job at a time, on a
 
 kind "render" runs pipeline.lip_sync.lip_sync (the entry point `hotplate render`
 uses); kind "precompile" runs pipeline.precompile.run.precompile on the resolved source;
-kinds "stream" and "live" write a fragmented MP4 as it is made (stream_jobs.py).
+kinds "stream" and "live" write a fragmented MP4 as it is made (stream_jobs.py); kind
+"warm-up" (sent once by the queue after every worker is ready) renders a short clip of
+each avatar size the store holds hot and answers what each cost (`warm_up_renders`).
 Cancelling a running job kills its worker; the pool starts another.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from watcher.process import enter, messages, one_line, spawn
+
+WARM_UP_AUDIO = 2.0  # s: the measured warm-up clip (a 1080x1920 warp render: about 3 s)
+PRIMING_AUDIO = 0.2  # s: rendered first, unmeasured: a process's first render of a size
+MAX_WARM_UP_SIZES = 3  # avatar sizes measured at start; others are learned as they render
 
 
 def status_for(exc: BaseException) -> int:
@@ -67,6 +76,8 @@ def run_job(
 ):
     """One job's result dict; raises what lip_sync or precompile raise."""
     personas = Path(settings["personas"])
+    if kind == "warm-up":
+        return {"renders": warm_up_renders(store, settings, fields["backend"], recipe)}
     if kind == "live":  # audio arriving as it is spoken: stream_jobs.py
         from hotplate.serve.stream_jobs import run_live_job
 
@@ -98,6 +109,7 @@ def run_job(
             "first_frame_seconds": outcome.first_frame_seconds,
             "frames": outcome.render.frames,
             "audio_seconds": outcome.render.audio_seconds,
+            "size": avatar_size(store, outcome.avatar),
         }
     from pipeline.catalog import recipe_for
     from pipeline.personas import resolve
@@ -112,6 +124,92 @@ def run_job(
         flight_wait=settings["flight_wait"],
     )
     return {"avatar": report.avatar, "jit": not report.hit, "frames": report.counts.get("frames")}
+
+
+def avatar_size(store: Any, avatar: str) -> str | None:
+    """The avatar's frame size as WxH (what a render's cost follows), None when unknown."""
+    manifest = store.get_avatar(avatar)
+    return f"{manifest['width']}x{manifest['height']}" if manifest else None
+
+
+def hot_sizes(store: Any, personas: Path, recipe: Any, backend: str) -> dict[str, Any]:
+    """WxH -> the first hot source of that size (catalog order), at most MAX_WARM_UP_SIZES."""
+    from pipeline.catalog import iter_sources, plan_for, recipe_for
+
+    found: dict[str, Any] = {}
+    for src in iter_sources(personas):
+        if src.kind == "speech":  # talking footage for the mouth bank, not an attire
+            continue
+        try:
+            planned = plan_for(store, src.path, recipe_for(personas, src.persona, recipe, backend))
+        except (OSError, ValueError):
+            continue
+        size = avatar_size(store, planned.avatar)
+        if size is not None:
+            found.setdefault(size, src)
+        if len(found) >= MAX_WARM_UP_SIZES:
+            break
+    return found
+
+
+class Uncounted:
+    """The store, but its counters (hits) left alone: a warm-up render is no request."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def count(self, name: str, n: int = 1) -> None:
+        pass
+
+
+def warm_up_renders(store: Any, settings: dict[str, Any], backend: str, recipe: Any) -> list:
+    """Render a WARM_UP_AUDIO clip of generated speech on one hot source of each avatar
+    size (after an unmeasured PRIMING_AUDIO one: a process's first render of a size pays
+    for allocations a worker pays once), and say what each took: the seed of admission's
+    estimate. The outputs are thrown away; a source that cannot render (cold since it
+    was listed, weights missing) is skipped with one line on stderr, never fails the
+    start. An empty store renders nothing (admission starts from its priors)."""
+    from hotplate.demo_data import make_speech_audio, write_wav
+    from pipeline.lip_sync import LipSyncRequest, lip_sync
+
+    personas, store = Path(settings["personas"]), Uncounted(store)
+    renders = []
+    with tempfile.TemporaryDirectory(prefix="hotplate-warm-up-") as tmp:
+        clips = {}
+        for name, seconds in (("priming", PRIMING_AUDIO), ("measured", WARM_UP_AUDIO)):
+            clips[name] = write_wav(Path(tmp) / f"{name}.wav", make_speech_audio(seconds), 16000)
+        for size, src in hot_sizes(store, personas, recipe, backend).items():
+
+            def render(clip: Path, src: Any = src) -> Any:
+                out = Path(tmp) / "out.mp4"
+                request = LipSyncRequest(  # no_jit: a source gone cold is skipped, not built
+                    src.persona, src.attire, clip, out, src.motion, backend=backend, no_jit=True
+                )
+                return lip_sync(store, personas, recipe, request, settings["loop"])
+
+            try:
+                render(clips["priming"])
+                began = time.perf_counter()
+                outcome = render(clips["measured"])
+                took = time.perf_counter() - began
+            except Exception as exc:  # the server starts without this seed
+                why = f"warm-up render of {src.path.name} skipped: {one_line(exc)}"
+                print(f"hotplate serve: {why}", file=sys.stderr, flush=True)
+                continue
+            renders.append(
+                {
+                    "backend": backend,
+                    "size": size,
+                    "seconds": took,
+                    "audio_seconds": outcome.render.audio_seconds,
+                    "first_frame_seconds": outcome.first_frame_seconds,
+                    "names": [src.persona, src.attire, src.motion],
+                }
+            )
+    return renders
 
 
 def worker_main(conn: Any, parent: int, settings: dict[str, Any]) -> None:
@@ -151,6 +249,17 @@ class RenderWorker:
 
     def send(self, message: Any) -> None:
         self.conn.send(message)
+
+    def warm_up_renders(self, fields: dict, recipe: Any) -> list[dict]:
+        """The worker's warm-up renders (module doc; blocking), [] if it could not."""
+        self.send(("warm-up", "warm-up", fields, recipe))
+        while (msg := self.recv()) is not None:
+            if msg[0] == "ok":
+                return msg[2]["renders"]
+            if msg[0] == "error":
+                print(f"hotplate serve: warm-up failed: {msg[3]}", file=sys.stderr, flush=True)
+                return []
+        return []
 
     def recv(self) -> Any:
         """The next message, or None when the worker died."""
