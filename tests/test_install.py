@@ -170,3 +170,20 @@ def test_doctor_names_each_extra_and_musetalk_without_it_is_one_line(installed, 
     assert line.startswith("error: renderer musetalk needs hotplate's [musetalk] extra")
     assert line.endswith("pip install 'hotplate[musetalk]'")
     assert not (world / "musetalk.mp4").exists()
+
+    # dlib is in no extra (its model's terms): the packages themselves are named
+    done = hotplate(
+        installed, world, "precompile", "--landmarks", "dlib", "personas/astro/portrait.png",
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: landmarks dlib needs packages (dlib not installed): pip install dlib-bin "
+        "face-recognition-models (in no extra: the 68-point model's terms)"
+    )
+    done = hotplate(installed, world, "serve", "--ray", "auto", check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: hotplate serve --ray needs hotplate's [ray] extra (ray, httpx not installed): "
+        "pip install 'hotplate[ray]'"
+    )

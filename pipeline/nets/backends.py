@@ -266,22 +266,24 @@ def package_present(name: str) -> bool:
 
 
 def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:
-    """A string that changes exactly when the backend's model changes. It reads weights
-    only, never packages: keys are known (gc roots them) where the extra is not installed;
-    loading checks the packages (`require_backend`, from modelcache.kept)."""
+    """A string that changes exactly when the backend's model changes. A backend with
+    weights is named by their bytes, whether or not its extra is installed (gc roots a
+    musetalk avatar anyway; loading checks the packages: `require_backend`, from
+    modelcache.kept); one whose model is inside a package needs that package."""
     if kind == "vae":  # any directory name under the models dir, not a fixed backend name
         return f"vae:{name}:" + files_digest(vae_files(models_dir, name))
     backend = find_backend(kind, name)
     if backend.key_name:
         return f"{kind}:{name}:{backend.key_name}"
-    if not backend.weights:
+    if not backend.weights:  # the model is inside a package: that package must be here
+        require_backend(kind, name)
         dist = backend.embedded_in
         try:
             version = "0" if dist == "hotplate" else importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
-            raise ModelMissingError(
-                f"{kind}={name} needs the package {dist} "
-                f"({backend.install or 'pip install ' + dist}); run `hotplate doctor`",
+            raise ExtraMissingError(
+                f"{kind} {name} needs {dist} (not installed): "
+                f"{backend.install or 'pip install ' + dist}",
                 f"package {dist}",
             ) from None
         return f"{kind}:{name}:{dist}=={version}"
