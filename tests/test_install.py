@@ -151,6 +151,44 @@ def test_the_bare_install_renders_a_loop_and_a_still_with_the_offline_default(in
         assert spread.max() > 20, f"{name}: every frame is the same"
 
 
+def test_the_bare_install_serves_a_render(installed, world):
+    """`hotplate serve` is in the core too: one worker, /readyz, a POST /v1/lip-sync."""
+    import time
+
+    import httpx
+
+    from testkit.serve_helpers import READY_TIMEOUT, free_port, post_render
+
+    port = free_port()
+    env = {**bare_env(), "HOME": str(world / "home"), "OMP_NUM_THREADS": "1"}
+    cmd = [str(installed / "bin" / "hotplate"), "--personas", "personas", "--cache", "cache"]
+    log = world / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [*cmd, "serve", "--port", str(port), "--workers", "1"],
+            cwd=world, env=env, stdout=out, stderr=out,
+        )  # fmt: skip
+    try:
+        url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + READY_TIMEOUT
+        while True:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"not ready: {log.read_text()[-3000:]}"
+            try:
+                if httpx.get(url + "/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        with httpx.Client(base_url=url, timeout=300) as client:
+            answer = post_render(client, "/v1/lip-sync", world / "speech.wav")
+        assert answer.status_code == 200, answer.text[:500]
+        (world / "served.mp4").write_bytes(answer.content)
+        assert len(frames_of(world / "served.mp4")) == round(SECONDS * 25)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 def test_doctor_names_each_extra_and_musetalk_without_it_is_one_line(installed, world):
     doctor = hotplate(installed, world, "doctor")  # only optional rows fail: exit 0
     lines = doctor.stdout.splitlines()
