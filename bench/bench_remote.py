@@ -65,7 +65,9 @@ def add_arguments(ap) -> None:
 def main(bench: Bench) -> None:
     args = bench.args
     if not (shutil.which("nginx") or os.access("/usr/sbin/nginx", os.X_OK)):
-        bench.missing("nginx is not installed (just setup installs it, as root)")
+        bench.missing(
+            "nginx is not installed (apt-get install nginx; `just setup` does it as root)"
+        )
     w, h = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory(prefix="bench-remote-") as tmp:
         world = Path(tmp)

@@ -22,7 +22,8 @@ Rules the harness enforces, so that figures cannot rot:
   bench reads only `bench.args` and its quick sizes are listed in its `--help`.
 - A bench that cannot measure what it names, its baseline included, calls
   `bench.missing("what is missing and how to get it")`: one line on stderr, exit 2. It
-  never substitutes something else.
+  never substitutes something else. testkit's `require` (a tool such as espeak-ng or
+  nginx, the test faces) raises `testkit.preconditions.Missing`, which ends the same way.
 - Every figure is printed as it is recorded, and written with the machine and the commit
   to `--json FILE` at the end (bench/tables.py turns those files into the README's tables).
   The machine's load average is sampled while the bench runs (start, end, highest), since
@@ -70,12 +71,14 @@ if os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] != str(ROOT):
 sys.modules.setdefault("harness", sys.modules[__name__])
 sys.modules.setdefault("bench.harness", sys.modules[__name__])
 
+from testkit.preconditions import Missing  # noqa: E402 - after the checkout is on sys.path
+
 SCHEMA = 1
 LOAD_EVERY = 5.0  # seconds between load-average samples
 T = TypeVar("T")
 
 
-class MissingPrecondition(Exception):
+class MissingPrecondition(Missing):
     """Something a figure needs (a baseline, a package, weights) is not here."""
 
 
@@ -335,7 +338,7 @@ def run_bench(
     )
     try:
         main(bench)
-    except MissingPrecondition as e:
+    except Missing as e:  # bench.missing(...), or testkit's require(...)
         print(f"bench {name}: cannot measure: {e}", file=sys.stderr)
         sys.exit(2)
     if not bench.figures:

@@ -30,7 +30,13 @@ JUMP_SIZE = 0.85  # face widths; keeps a centred 1080-wide face inside the frame
 
 @lru_cache(maxsize=1)
 def _astronaut() -> np.ndarray:
-    from skimage import data
+    try:
+        from skimage import data
+    except ImportError:  # not in the core install: the demo and the tests only
+        raise RuntimeError(
+            "the demo's astronaut photo comes with scikit-image, in hotplate's dev extra: "
+            "pip install scikit-image (`just setup` installs it)"
+        ) from None
 
     return np.ascontiguousarray(data.astronaut())
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hotplate.settings import Settings
-from pipeline.nets.backends import BACKENDS, package_present
+from pipeline.nets.backends import BACKENDS, EXTRAS, find_extra, missing_packages, package_present
 
+# what the offline default imports: pyproject.toml's core dependencies (the rest: EXTRAS)
 PACKAGES = (
     "lmdb",
     "msgpack",
@@ -21,12 +22,12 @@ PACKAGES = (
     "watchdog",
     "av",
     "cv2",
+    "simplejpeg",
     "onnxruntime",
-    "dlib",
-    "torch",
-    "diffusers",
-    "transformers",
-    "face_alignment",
+    "ai_edge_litert",
+    "fastapi",
+    "uvicorn",
+    "obstore",
 )
 DEFAULTS = {
     "detector": "retinaface",
@@ -58,8 +59,9 @@ def run_checks(settings: Settings) -> Iterator[Check]:
             f"package {pkg}",
             present,
             "importable" if present else "missing",
-            "run `just setup` (or pip install -e .)",
+            "reinstall hotplate (pip install hotplate; in a checkout `just setup`)",
         )
+    yield from extra_checks()
     yield from codec_checks()
     yield cache_check(settings.cache)
     yield from backend_checks(settings.models, settings)
@@ -71,6 +73,17 @@ def _first(models: Path, alts: tuple[str, ...]) -> Path | None:
     from pipeline.nets.models import search_dirs
 
     return next((d / a for d in search_dirs(models) for a in alts if (d / a).is_file()), None)
+
+
+def extra_checks() -> Iterator[Check]:
+    """One row per extra (pyproject.toml's optional dependencies): installed, or which of
+    its packages are missing and the command that adds it."""
+    for extra in EXTRAS:
+        missing = missing_packages(extra.packages)
+        detail = "installed" if not missing else f"not installed ({', '.join(missing)} missing)"
+        yield Check(
+            f"extra {extra.name}", not missing, f"{detail}: {extra.gives}", extra.install, True
+        )
 
 
 FIX_INDENT = " " * 11  # under the text after `      fix: `, as `hotplate doctor` prints it
@@ -113,9 +126,13 @@ def backend_checks(models: Path, settings: Settings | None = None) -> Iterator[C
                 + [alts[0] for alts in missing]
                 + [gap.what for gap in gaps]
             )
-        fix = where_to_put(models, missing + [alt for g in gaps for alt in g.files])
-        fix = fix if missing or any(g.files for g in gaps) else "run `just setup`"
-        fix += "".join(f"\n{FIX_INDENT}{gap.instead}" for gap in gaps)
+        fixes = []
+        if missing_pkgs:  # the extra (or the packages) first: weights alone would not do
+            fixes.append(find_extra(b.extra).install if b.extra else b.install)
+        if missing or any(g.files for g in gaps):
+            fixes.append(where_to_put(models, missing + [alt for g in gaps for alt in g.files]))
+        fixes += [gap.instead for gap in gaps]
+        fix = f"\n{FIX_INDENT}".join(fixes) or "reinstall hotplate"
         yield Check(
             f"{b.kind} {b.name}{' (default)' if default else ''}",
             ok,

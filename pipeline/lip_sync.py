@@ -127,8 +127,10 @@ def hot_avatar(
     source = f"{found.persona}/persona.toml"
     recipe = effective_recipe(recipe, options, request.backend, request.flags, source)
     if request.backend == "musetalk":
+        from pipeline.nets.backends import require_backend
         from pipeline.render.renderers.musetalk import check_weights
 
+        require_backend("renderer", "musetalk")  # its extra before its weights
         check_weights(recipe.models_dir, recipe.vae or None)
 
     # 2. lease the avatar (gc keeps it from here on), then hot or just in time

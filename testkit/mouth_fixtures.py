@@ -82,7 +82,10 @@ def detect_box(image: np.ndarray, near: np.ndarray | None = None) -> np.ndarray:
 def espeak(text: str, path: Path, speed: int = 150) -> Path:
     """`text` spoken by espeak-ng into the WAV `path`."""
     exe = shutil.which("espeak-ng")
-    require(exe is not None, "espeak-ng is not installed (`just setup` installs it as root)")
+    require(
+        exe is not None,
+        "espeak-ng is not installed (apt-get install espeak-ng; `just setup` does it as root)",
+    )
     subprocess.run([exe, "-s", str(speed), "-w", str(path), text], check=True)
     return path
 

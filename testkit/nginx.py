@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
+from testkit.preconditions import require
 
 CONF = """\
 {user}
@@ -38,15 +38,14 @@ http {{
 
 
 def nginx_binary() -> str:
-    """nginx's path; skips when absent, except in CI, where it fails."""
+    """nginx's path; testkit.preconditions.Missing when absent (a test skips, or fails
+    in CI; a bench exits 2)."""
     found = shutil.which("nginx") or next(
         (p for p in ("/usr/sbin/nginx", "/sbin/nginx") if os.access(p, os.X_OK)), None
     )
-    if found is None:
-        reason = "nginx is not installed (just setup installs nginx-light)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason}; CI must have it")
-        pytest.skip(reason)
+    require(
+        found, "nginx is not installed (`just setup` installs it as root: apt-get install nginx)"
+    )
     return found
 
 

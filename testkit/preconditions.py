@@ -1,20 +1,20 @@
-"""What a reliability, parity or browser test needs from the machine.
+"""What a test or a bench needs from the machine, said once, for either to act on.
 
-`require(ok, reason)` skips the test on a developer's machine that lacks it, and fails
-it when `CI` is set: in CI a skip would hide exactly the failure the test is there for.
+`require(ok, reason)` raises `Missing(reason)` unless ok; the reason says what is missing
+and how to get it, in one line. testkit imports no pytest (a bench is a plain script):
+the tests' one hook (tests/conftest.py) turns `Missing` into a skip on a developer's
+machine and a failure when `CI` is set (in CI a skip would hide exactly the failure the
+test is there for); bench/harness.py turns it into one line and exit status 2.
 """
 
 from __future__ import annotations
 
-import os
 
-import pytest
+class Missing(Exception):
+    """A precondition is not met: the message is what is missing and how to get it."""
 
 
 def require(ok: object, reason: str) -> None:
-    """Skip (fail under CI) unless ok; reason says what is missing and how to get it."""
-    if ok:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}; CI must provide it (see `just setup`)")
-    pytest.skip(reason)
+    """Raise Missing(reason) unless ok."""
+    if not ok:
+        raise Missing(reason)

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 PROJECT = {"cachestore", "pipeline", "watcher", "hotplate", "tests", "bench", "harness"}
 FILES = sorted(BENCH.glob("*.py"))
+TESTKIT = sorted((ROOT / "testkit").glob("*.py"))
 
 
 def imported(tree: ast.AST) -> list[tuple[int, str, str | None]]:
@@ -65,7 +66,8 @@ def bench_on_path(monkeypatch):
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
 def test_what_a_bench_imports_is_installed(path):
-    """CI installs the dev extra and nothing else: a package a bench needs belongs there."""
+    """CI installs the dev and runtime extras (`just setup`): a package a bench needs
+    belongs to one of them."""
     import importlib.util
 
     missing = sorted(
@@ -74,6 +76,53 @@ def test_what_a_bench_imports_is_installed(path):
         if importlib.util.find_spec(name) is None
     )
     assert missing == [], f"{path.name} imports {missing}: add them to pyproject's dev extra"
+
+
+def pytest_mentions(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for every import of pytest or of tests/, and every "pytest" string
+    (`python -m pytest` run as a command)."""
+    found = [
+        (getattr(node, "lineno", 0), name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""] * (node.level == 0)
+        )
+        if name.split(".")[0] in ("pytest", "_pytest", "tests")
+    ]
+    found += [
+        (node.lineno, repr(node.value))
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in ("pytest", "tests")
+    ]
+    return found
+
+
+@pytest.mark.parametrize("path", FILES + TESTKIT, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_benches_and_testkit_stand_alone(path):
+    """A bench is a script: it imports no tests/ module and no pytest, and runs none; nor
+    does testkit, which benches import (its `require` raises `Missing`, which the tests'
+    conftest turns into a skip and the harness into exit 2)."""
+    found = pytest_mentions(ast.parse(path.read_text(), str(path)))
+    assert found == [], f"{path.relative_to(ROOT)}: {found}"
+
+
+def test_importing_testkit_and_the_harness_loads_no_pytest():
+    """Read above, loaded here: no module testkit or the harness imports pulls pytest in."""
+    import subprocess
+
+    modules = [f"testkit.{p.stem}" for p in TESTKIT if p.stem != "__init__"]
+    probe = (
+        f"import sys; sys.path[:0] = [{str(ROOT)!r}, {str(BENCH)!r}]\n"
+        f"import harness\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def test_every_bench_is_checked():
@@ -144,11 +193,16 @@ def add_arguments(ap):
     ap.add_argument("--frames", type=int, default=250)
     ap.add_argument("--missing", action="store_true")
     ap.add_argument("--nothing", action="store_true")
+    ap.add_argument("--tool", action="store_true")
 
 
 def main(bench):
     if bench.args.missing:
         bench.missing("the thing it names is not here (install it)")
+    if bench.args.tool:
+        from testkit.preconditions import require
+
+        require(False, "espeak-ng is not installed (apt-get install espeak-ng)")
     if not bench.args.nothing:
         bench.figure("frames seen", bench.args.frames, "frames", baseline="none", baseline_value=2,
                      inputs={{"loop_frames": bench.args.frames}})
@@ -191,6 +245,11 @@ def test_a_missing_precondition_is_one_line_and_exit_2_and_no_result(tmp_path):
     assert done.returncode == 2 and result is None
     assert done.stderr.strip() == (
         "bench tiny: cannot measure: the thing it names is not here (install it)"
+    )
+    done, result = run_tiny(tmp_path, "--tool")  # testkit's require, as fx.espeak calls it
+    assert done.returncode == 2 and result is None
+    assert done.stderr.strip() == (
+        "bench tiny: cannot measure: espeak-ng is not installed (apt-get install espeak-ng)"
     )
     done, result = run_tiny(tmp_path, "--nothing")
     assert done.returncode == 3 and result is None and "measured nothing" in done.stderr

@@ -392,9 +392,11 @@ def render(
     """Render a lip-synced MP4 from hot assets; a cold avatar is precompiled first."""
     from hotplate.progress import StageBars
     from pipeline.lip_sync import LipSyncRequest, NotHotError, lip_sync
+    from pipeline.nets.backends import require_backend
 
     settings = settings_of(ctx)
     backend = backend or settings.renderer
+    require_backend("renderer", backend)  # a missing extra is one line, before any work
     check_recipe_flags(settings, **recipe_options)  # a bad flag fails before the store opens
     request = LipSyncRequest(
         persona=persona,

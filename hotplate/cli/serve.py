@@ -298,6 +298,11 @@ def serve(
             err=True,
         )
     settings = ctx.find_object(Settings)
+    from pipeline.nets.backends import require_backend, require_extra
+
+    require_backend("renderer", settings.renderer)  # a missing extra: one line, not a worker's
+    if ray_address is not None:
+        require_extra("ray", "hotplate serve --ray")
     signing_key_file = signing_key_file or (
         Path(settings.signing_key_file) if settings.signing_key_file else None
     )

@@ -266,6 +266,9 @@ def sync(
 
 
 def _sync_on_ray(settings: Settings, address: str) -> None:
+    from pipeline.nets.backends import require_extra
+
+    require_extra("ray", "hotplate sync --ray")
     from hotplate.cluster.sync import sync_on_ray
 
     if not settings.remote:

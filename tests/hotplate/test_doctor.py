@@ -82,3 +82,19 @@ def test_a_renderer_is_ready_only_with_every_weight_of_the_recipe_it_implies(tmp
     lines = doctor(tmp_path, models, chosen).splitlines()
     row = next(line for line in lines if "renderer musetalk:" in line)
     assert row.startswith("ok    renderer musetalk: ready"), row
+
+
+def test_each_extra_has_a_row_with_the_command_that_adds_it(tmp_path):
+    """The dev venv has every extra (`just setup`); tests/test_install.py reads the rows of
+    a bare install, where they are missing."""
+    from pipeline.nets.backends import EXTRAS
+
+    lines = doctor(tmp_path, tmp_path / "models").splitlines()
+    for extra in EXTRAS:
+        row = next(x for x in lines if x[6:].startswith(f"extra {extra.name}:"))
+        assert row.startswith(f"ok    extra {extra.name}: installed: {extra.gives}"), row
+    assert {e.name for e in EXTRAS} == {"musetalk", "ray", "dev"}
+    assert [e.install for e in EXTRAS][:2] == [
+        "pip install 'hotplate[musetalk]'",
+        "pip install 'hotplate[ray]'",
+    ]

