@@ -1,0 +1,42 @@
+"""The real talking footage (testkit/footage/): each clip is listed with where it came
+from and its licence, is the file the list names, and decodes to a face speaking with
+its own sound (what bench/bench_mouth_real.py holds out against)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from pipeline.mouth.bank import speech_frames
+from testkit import footage
+from testkit.referee import referee_points
+
+SOURCE = re.compile(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40}:\S+$")  # owner/repo@commit:path
+
+
+def test_every_clip_is_listed_with_its_source_and_licence():
+    clips = footage.clips()
+    names = [c.name for c in clips]
+    assert len(names) == len(set(names)) >= 3
+    assert len({c.person for c in clips}) == len(clips)  # different people
+    for c in clips:
+        assert SOURCE.match(c.source), f"{c.name}: source {c.source!r} is not repo@commit:path"
+        assert c.licence and c.rights and c.origin and c.person, c.name
+        assert c.path.is_file(), f"{c.name}: {c.path} is not committed"
+        assert c.path.stat().st_size <= 4_000_000, f"{c.name} is over 4 MB"
+        assert c.digest() == c.sha256, f"{c.name}: {c.path} is not the file the manifest lists"
+
+
+def test_every_clip_decodes_to_a_face_speaking_with_its_own_sound():
+    for c in footage.clips():
+        got = footage.load(c.name)
+        n = got.frames.shape[0]
+        assert n >= 100 and got.frames.shape[3] == 3, c.name
+        seconds = got.audio.size / got.sr
+        assert abs(seconds - n / got.fps) < 0.1, f"{c.name}: {seconds} s of sound, {n} frames"
+        # sound, and mostly speech by the mouth bank's own measure (a talking clip)
+        assert float(np.sqrt(np.mean(got.audio**2))) > 0.01, c.name
+        assert speech_frames(got.audio, got.sr, got.fps, n).mean() > 0.5, c.name
+        for t in (0, n // 2, n - 1):
+            assert referee_points(got.frames[t]) is not None, f"{c.name}: no face at frame {t}"
