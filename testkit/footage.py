@@ -83,3 +83,34 @@ def load(name: str) -> Footage:
             raise ValueError(f"{c.path} has no audio track; the manifest's clips speak")
         sr = int(container.streams.audio[0].codec_context.sample_rate)
     return Footage(c, frames, fps, load_audio(c.path, sr), sr)
+
+
+def write_clip(path: Path, frames: np.ndarray, audio: np.ndarray, sr: int, fps: float) -> Path:
+    """`frames` (N, H, W, 3) RGB and `audio` (float32 mono at `sr`) as H.264 + AAC: a
+    persona's `speech.mp4`, or a piece of a clip cut at any frame."""
+    from fractions import Fraction
+
+    import av
+
+    rate = Fraction(fps).limit_denominator(1001)
+    with av.open(str(path), "w") as out:
+        video = out.add_stream("libx264", rate=rate, options={"crf": "18", "preset": "fast"})
+        video.width, video.height, video.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
+        sound = out.add_stream("aac", rate=sr, layout="mono")
+        out.start_encoding()  # both streams open before the header is written
+        for k, rgb in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+            frame.pts = k  # in 1 / rate, the encoder's time base
+            out.mux(video.encode(frame))
+        out.mux(video.encode())
+        block = 1024  # AAC's frame size
+        pcm = np.asarray(audio, np.float32)
+        for start in range(0, pcm.size, block):
+            chunk = pcm[None, start : start + block]
+            frame = av.AudioFrame.from_ndarray(
+                np.ascontiguousarray(chunk), format="fltp", layout="mono"
+            )
+            frame.sample_rate, frame.pts = sr, start
+            out.mux(sound.encode(frame))
+        out.mux(sound.encode())
+    return path
