@@ -33,7 +33,7 @@ model or on the mouths.
 It prints a table per clip (bank, procedural, still, bank with true shapes), records each figure against each
 baseline, and writes a sheet per clip (`--sheets`, PNG, 2x): true, bank, procedural and
 still crops (and the bank with the true shapes) at the held-out frames where the truth opens widest and at its median.
-`--docs-sheet` writes one sheet of every clip for the manual.
+`--docs-sheet` writes one sheet for the manual: each clip's widest-open row.
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ def add_arguments(ap) -> None:
     )
     ap.add_argument("--step", type=int, default=1, help="judge every STEP-th held-out frame")
     ap.add_argument("--sheets", type=Path, default=ROOT / "bench" / "out" / "mouth_real")
-    ap.add_argument("--docs-sheet", type=Path, default=None, help="one sheet of every clip")
+    ap.add_argument(
+        "--docs-sheet", type=Path, default=None, help="one sheet: each clip's widest-open row"
+    )
 
 
 def canonical(points: np.ndarray) -> np.ndarray:
@@ -185,6 +187,8 @@ def held_out(bench: Bench, name: str, fx, work: Path) -> dict:
         outputs["oracle"] = true_shapes_render(
             store, root / name / "portrait.png", found[0], truth_frames, clip, recipe, fx
         )
+        held_audio = clip.audio[clip.samples_at(split) : clip.samples_at(n)]
+        steps = audio_model(store, root / name / "portrait.png", found[0], held_audio, clip, recipe)
     finally:
         forget_store(work / f"{name}-store")
     k = min(len(truth_frames), *(len(v) for v in outputs.values()))
@@ -194,6 +198,13 @@ def held_out(bench: Bench, name: str, fx, work: Path) -> dict:
     made["still"] = [still_judged] * k
     outputs["still"] = [still] * k
     got = {m: scores(truth, made[m]) for m in METHODS}
+    truth_gaps = gaps[:k]
+    chain = {
+        what: correlation(series[:: bench.args.step][:k], truth_gaps)
+        for what, series in steps.items()
+        if what != "target"
+    }
+    chain["search"] = correlation(steps["shown"], steps["target"])
     # the sheet: the held-out frames where the truth opens widest, and at its median
     order = np.argsort(np.where(np.isfinite(gaps[:k]), gaps[:k], -np.inf))
     picks = [int(order[-1]), int(order[len(order) // 2])]
@@ -204,10 +215,44 @@ def held_out(bench: Bench, name: str, fx, work: Path) -> dict:
         rows.append([c if c is not None else np.zeros_like(truth[t]["crop"]) for c in row])
     return {
         "scores": got,
+        "chain": chain,
         "rows": rows,
         "bank_frames": split,
         "held_out": k,
         "held_out_seconds": round((n - split) / clip.fps, 2),
+    }
+
+
+def correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson's r where both are finite (0 where either does not move)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 10 or a[ok].std() < 1e-9 or b[ok].std() < 1e-9:
+        return 0.0
+    return float(np.corrcoef(a[ok], b[ok])[0, 1])
+
+
+def audio_model(store, portrait: Path, bank_key: str, audio, clip, recipe) -> dict:
+    """Each step from the held-out audio to the bank's mouth, as the warp renderer takes
+    them (`BankMouths`): the loudness drive's opening, the presenter's model's, the
+    target (their blend), and the opening of the entries the search shows."""
+    from pipeline.catalog import plan_for
+    from pipeline.hot import load_assets, load_bank
+    from pipeline.render.audio import n_video_frames
+    from pipeline.render.mouth.drive import mouth_drive
+    from pipeline.render.mouth.from_bank import BankMouths
+    from pipeline.render.silence import DEFAULT
+
+    assets = load_assets(store, plan_for(store, portrait, recipe).avatar)
+    bank = load_bank(store, bank_key)
+    n_out = n_video_frames(audio.size / clip.sr, clip.fps)
+    drive = mouth_drive(audio, clip.sr, clip.fps, n_out)
+    mouths = BankMouths(assets, bank, audio, clip.sr, clip.fps, drive, DEFAULT)
+    return {
+        "drive": drive.open,
+        "model": bank.predict(audio, clip.sr, clip.fps, n_out)[:, 0],
+        "target": mouths.target[:, 0],
+        "shown": mouths.shapes()[:, 0],
     }
 
 
@@ -324,7 +369,30 @@ def main(bench: Bench) -> None:
                     better=better,
                     inputs=inputs,
                 )
+            c = res["chain"]
+            bench.figure(
+                f"{name}: the bank's audio model's opening vs the truth's lip gap",
+                c["model"],
+                "r",
+                baseline="the loudness drive's opening",
+                baseline_value=c["drive"],
+                inputs=inputs,
+                note=f"their blend, the target, as shown by the search: {c['shown']:.3f}",
+            )
+            bench.figure(
+                f"{name}: the bank entries' opening vs the target's",
+                c["search"],
+                "r",
+                inputs=inputs,
+            )
     print(table(results))
+    print("the chain, r against the truth's lip gap (held-out frames):")
+    for name, res in results.items():
+        c = res["chain"]
+        print(
+            f"  {name:<15} drive {c['drive']:6.3f}  model {c['model']:6.3f}  "
+            f"shown {c['shown']:6.3f}  (shown vs target {c['search']:.3f})"
+        )
     for metric, label, better in (
         ("r", "lip gap r", "higher"),
         ("lmd", "LMD", "lower"),
@@ -337,7 +405,7 @@ def main(bench: Bench) -> None:
             )
             print(f"{label}: the bank beats {base} on {wins} of {len(results)} clips")
     if bench.args.docs_sheet is not None:
-        sheet(bench.args.docs_sheet, [row for r in results.values() for row in r["rows"]])
+        sheet(bench.args.docs_sheet, [r["rows"][0] for r in results.values()])  # widest open
         print(f"sheet of every clip in {bench.args.docs_sheet}")
     print(
         f"sheets in {bench.args.sheets} (columns: true, bank, procedural, still, bank with true shapes)"
