@@ -3,7 +3,8 @@
 `footage_manifest.toml` beside this file lists each clip: the file, who speaks, where it
 was taken from (repository, commit, path), its licence and what is known of its rights.
 `clips()` lists them; `load(name)` decodes one: every video frame (RGB) and its audio as
-float32 mono at the file's own rate.
+float32 mono at the file's own rate; `write_clip` writes frames and audio back as H.264 and
+AAC (a piece of a clip as a persona's `speech.mp4`).
 """
 
 from __future__ import annotations

@@ -40,3 +40,29 @@ def test_every_clip_decodes_to_a_face_speaking_with_its_own_sound():
         assert speech_frames(got.audio, got.sr, got.fps, n).mean() > 0.5, c.name
         for t in (0, n // 2, n - 1):
             assert referee_points(got.frames[t]) is not None, f"{c.name}: no face at frame {t}"
+
+
+def test_a_piece_of_a_clip_written_back_keeps_its_frames_and_sound_in_step(tmp_path):
+    """`write_clip` is how the held-out bench makes a persona's speech.mp4: the piece
+    decodes to the same number of frames at the same rate, its sound the same samples
+    from the same start (AAC's priming is trimmed; its
+    last frame's padding is silence), the picture close to the source."""
+    from pipeline.render.audio import load_audio
+    from testkit.mouth_fixtures import psnr, video_frames
+
+    got = footage.load("katie_hill")
+    cut = 60
+    path = footage.write_clip(
+        tmp_path / "speech.mp4", got.frames[:cut], got.audio[: got.samples_at(cut)], got.sr, got.fps
+    )
+    from pipeline.media import probe
+
+    frames = video_frames(path)
+    assert len(frames) == cut and probe(path).fps == got.fps
+    assert min(psnr(a, b) for a, b in zip(frames, got.frames[:cut], strict=True)) > 35.0
+    sound = load_audio(path, got.sr)
+    n = got.samples_at(cut)
+    # AAC pads its last 1024-sample frame with silence: less than one video frame more
+    assert 0 <= sound.size - n < got.sr / got.fps, (sound.size, n)
+    m = min(sound.size, n) - 2048
+    assert np.corrcoef(sound[1024:m], got.audio[1024:m])[0, 1] > 0.99  # in step, not shifted
