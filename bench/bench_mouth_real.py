@@ -178,7 +178,9 @@ def held_out(bench: Bench, name: str, fx, work: Path) -> dict:
             bench.missing(f"a mouth bank from {name}'s first 60 % (precompile made an empty one)")
         for method, persona in (("bank", name), ("procedural", f"{name}-nobank")):
             out = work / f"{name}-{method}.mp4"
-            outcome = lip_sync(store, root, recipe, LipSyncRequest(persona, "default", wav, out))
+            outcome = lip_sync(
+                store, root, recipe, LipSyncRequest(persona, "default", wav, out, fps=clip.fps)
+            )
             if (outcome.bank is not None) != (method == "bank"):
                 bench.missing(
                     f"{persona}: a render {'with' if method == 'bank' else 'without'} the bank"
