@@ -1,0 +1,420 @@
+"""The mouth bank held out on real talking footage, as the lip-sync papers evaluate.
+
+    .venv/bin/python bench/bench_mouth_real.py [--quick] [--json FILE] [--clips NAME ...]
+                                               [--seconds S] [--sheets DIR] [--docs-sheet PNG]
+
+Per clip of testkit/footage_manifest.toml (real people speaking to camera, their own
+recorded sound): its first 60 % (video and audio) is the persona's `speech.mp4`, from
+which precompile builds the mouth bank; the held-out frame of the remaining 40 % whose
+mouth is most closed (by the referee) is the persona's still (`portrait.png`); the
+remaining 40 %'s audio is rendered onto that still by the warp renderer (`lip_sync`, as
+`hotplate render` does). The output is compared with the clip's true frames over the
+held-out part, against two baselines rendered the same way: the frozen still (the
+portrait shown unchanged) and the procedural mouth (the same persona with no
+`speech.mp4`, so no bank).
+
+Everything is judged by the referee (dlib's 68 points, testkit/referee.py), never by the
+renderer's face mesh. Each frame is aligned to the canonical face (a similarity fitted
+to the referee's eyes and nose, `pipeline.mouth.lips`; one unit is the distance between
+the eye centres), which takes out the true head's motion:
+
+- lip gap r: Pearson's r over the held-out frames of the referee's inner-lip gap over
+  the mouth's width, output against truth (a frozen mouth does not move: its r is 0);
+- LMD: the mean distance of the 20 lip points (48-67) from the truth's, aligned, in
+  canonical units (x100: hundredths of the eye distance);
+- SSIM of the mouth crop (canonical x -0.7..0.7, y 0.7..1.5, greyscale, 80 px a unit).
+
+Beside them, not a baseline but a bound: the bank driven by the truth's own mouth
+shapes (the renderer's landmarker on the held-out frames), entries chosen by the same
+search and composited by the same patch ("bank, true shapes"): what the bank renders
+when its audio model is perfect, so a shortfall of the bank can be put on the audio
+model or on the mouths.
+
+It prints a table per clip (bank, procedural, still, bank with true shapes), records each figure against each
+baseline, and writes a sheet per clip (`--sheets`, PNG, 2x): true, bank, procedural and
+still crops (and the bank with the true shapes) at the held-out frames where the truth opens widest and at its median.
+`--docs-sheet` writes one sheet for the manual: each clip's widest-open row.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from harness import ROOT, Bench, run_bench  # first: it puts the checkout on sys.path
+
+from cachestore.store import forget_store, open_store
+from pipeline.precompile.recipe import Recipe
+
+HOLD_OUT = 0.4  # the share of each clip held out (the bank learns from the rest)
+CANON = (-0.7, 0.7, 0.7, 1.5)  # canonical x1, x2, y1, y2 of the mouth crop SSIM is on
+PX = 80.0  # crop pixels per canonical unit
+LIP_POINTS = list(range(48, 68))
+METHODS = ("bank", "procedural", "still", "oracle")
+BASELINES = {
+    "procedural": "the procedural mouth (same still, no bank)",
+    "still": "the frozen still",
+}
+
+
+def add_arguments(ap) -> None:
+    ap.add_argument("--clips", nargs="+", default=None, help="clip names (default: all)")
+    ap.add_argument(
+        "--seconds", type=float, default=0.0, help="use the first S s of each clip (0: all)"
+    )
+    ap.add_argument("--step", type=int, default=1, help="judge every STEP-th held-out frame")
+    ap.add_argument("--sheets", type=Path, default=ROOT / "bench" / "out" / "mouth_real")
+    ap.add_argument(
+        "--docs-sheet", type=Path, default=None, help="one sheet: each clip's widest-open row"
+    )
+
+
+def canonical(points: np.ndarray) -> np.ndarray:
+    """(2, 3) the similarity taking the referee's points to the canonical face."""
+    from pipeline.mouth.lips import STABLE, similarity, template
+
+    idx = list(STABLE)
+    return similarity(points[idx], template()[idx])
+
+
+def mouth_crop(image: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """The canonical mouth crop of `image` (RGB), by the referee's `points` on it."""
+    import cv2
+
+    x1, x2, y1, y2 = CANON
+    m = canonical(points) * PX
+    m[:, 2] -= np.array([x1 * PX, y1 * PX])
+    size = (int(round((x2 - x1) * PX)), int(round((y2 - y1) * PX)))
+    return cv2.warpAffine(image, m, size, flags=cv2.INTER_AREA, borderMode=cv2.BORDER_REPLICATE)
+
+
+def judged(frames, fx) -> list[dict | None]:
+    """Per frame: the referee's points, lip gap, aligned lips and mouth crop (None where
+    the referee finds no face)."""
+    from pipeline.mouth.lips import apply
+    from testkit.referee import referee_points
+
+    out = []
+    for image in frames:
+        pts = referee_points(image)
+        if pts is None:
+            out.append(None)
+            continue
+        out.append(
+            {
+                "gap": fx.lip_gap(pts),
+                "lips": apply(canonical(pts), pts[LIP_POINTS]),
+                "crop": mouth_crop(image, pts),
+            }
+        )
+    return out
+
+
+def scores(truth: list[dict | None], made: list[dict | None]) -> dict[str, float]:
+    """r of the lip gap, LMD (x100 canonical units) and mouth-crop SSIM over the frames
+    both have a face in."""
+    import cv2
+    from skimage.metrics import structural_similarity
+
+    both = [(t, m) for t, m in zip(truth, made, strict=True) if t is not None and m is not None]
+    if len(both) < 10:
+        raise ValueError(f"the referee found a face in only {len(both)} frames of both")
+    gt = np.array([t["gap"] for t, _ in both])
+    gm = np.array([m["gap"] for _, m in both])
+    r = 0.0 if gm.std() < 1e-9 or gt.std() < 1e-9 else float(np.corrcoef(gt, gm)[0, 1])
+    lmd = float(np.mean([np.linalg.norm(t["lips"] - m["lips"], axis=1).mean() for t, m in both]))
+    grey = [
+        (cv2.cvtColor(t["crop"], cv2.COLOR_RGB2GRAY), cv2.cvtColor(m["crop"], cv2.COLOR_RGB2GRAY))
+        for t, m in both
+    ]
+    ssim = float(np.mean([structural_similarity(a, b, data_range=255) for a, b in grey]))
+    return {"r": r, "lmd": 100.0 * lmd, "ssim": ssim, "frames": len(both)}
+
+
+def held_out(bench: Bench, name: str, fx, work: Path) -> dict:
+    """One clip: the bank from its first 60 %, the rest rendered three ways and judged."""
+    import cv2
+
+    from hotplate.demo_data import write_wav
+    from pipeline.catalog import persona_bank
+    from pipeline.lip_sync import LipSyncRequest, lip_sync
+    from pipeline.precompile.run import precompile_source
+    from testkit import footage
+
+    clip = footage.load(name)
+    n = clip.frames.shape[0]
+    if bench.args.seconds:
+        n = min(n, int(round(bench.args.seconds * clip.fps)))
+    split = int(round((1.0 - HOLD_OUT) * n))
+    truth_frames = clip.frames[split : n : bench.args.step]
+    truth = judged(truth_frames, fx)
+    gaps = np.array([np.inf if t is None else t["gap"] for t in truth])
+    still_at = int(np.argmin(gaps))  # the held-out frame with the most closed mouth
+    still = truth_frames[still_at]
+
+    root = work / "personas"
+    for persona in (name, f"{name}-nobank"):
+        (root / persona).mkdir(parents=True)
+        cv2.imwrite(str(root / persona / "portrait.png"), cv2.cvtColor(still, cv2.COLOR_RGB2BGR))
+    speech = footage.write_clip(
+        root / name / "speech.mp4",
+        clip.frames[:split],
+        clip.audio[: clip.samples_at(split)],
+        clip.sr,
+        clip.fps,
+    )
+    wav = write_wav(
+        work / f"{name}.wav", clip.audio[clip.samples_at(split) : clip.samples_at(n)], clip.sr
+    )
+    store = open_store(work / f"{name}-store")
+    recipe = Recipe(max_frames=0)
+    outputs = {}
+    try:
+        precompile_source(speech, recipe, store)
+        found = persona_bank(store, root, name, recipe)
+        if found is None:
+            bench.missing(f"a mouth bank from {name}'s first 60 % (precompile made an empty one)")
+        for method, persona in (("bank", name), ("procedural", f"{name}-nobank")):
+            out = work / f"{name}-{method}.mp4"
+            outcome = lip_sync(
+                store, root, recipe, LipSyncRequest(persona, "default", wav, out, fps=clip.fps)
+            )
+            if (outcome.bank is not None) != (method == "bank"):
+                bench.missing(
+                    f"{persona}: a render {'with' if method == 'bank' else 'without'} the bank"
+                )
+            outputs[method] = fx.video_frames(out)[: n - split : bench.args.step]
+        outputs["oracle"] = true_shapes_render(
+            store, root / name / "portrait.png", found[0], truth_frames, clip, recipe, fx
+        )
+        held_audio = clip.audio[clip.samples_at(split) : clip.samples_at(n)]
+        steps = audio_model(store, root / name / "portrait.png", found[0], held_audio, clip, recipe)
+    finally:
+        forget_store(work / f"{name}-store")
+    k = min(len(truth_frames), *(len(v) for v in outputs.values()))
+    truth, truth_frames = truth[:k], truth_frames[:k]
+    made = {m: judged(outputs[m][:k], fx) for m in ("bank", "procedural", "oracle")}
+    still_judged = judged([still], fx)[0]
+    made["still"] = [still_judged] * k
+    outputs["still"] = [still] * k
+    got = {m: scores(truth, made[m]) for m in METHODS}
+    truth_gaps = gaps[:k]
+    chain = {
+        what: correlation(series[:: bench.args.step][:k], truth_gaps)
+        for what, series in steps.items()
+        if what != "target"
+    }
+    chain["search"] = correlation(steps["shown"], steps["target"])
+    # the sheet: the held-out frames where the truth opens widest, and at its median
+    order = np.argsort(np.where(np.isfinite(gaps[:k]), gaps[:k], -np.inf))
+    picks = [int(order[-1]), int(order[len(order) // 2])]
+    rows = []
+    for t in picks:
+        row = [truth[t]["crop"] if truth[t] is not None else None]
+        row += [made[m][t]["crop"] if made[m][t] is not None else None for m in METHODS]
+        rows.append([c if c is not None else np.zeros_like(truth[t]["crop"]) for c in row])
+    return {
+        "scores": got,
+        "chain": chain,
+        "rows": rows,
+        "bank_frames": split,
+        "held_out": k,
+        "held_out_seconds": round((n - split) / clip.fps, 2),
+    }
+
+
+def correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson's r where both are finite (0 where either does not move)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 10 or a[ok].std() < 1e-9 or b[ok].std() < 1e-9:
+        return 0.0
+    return float(np.corrcoef(a[ok], b[ok])[0, 1])
+
+
+def audio_model(store, portrait: Path, bank_key: str, audio, clip, recipe) -> dict:
+    """Each step from the held-out audio to the bank's mouth, as the warp renderer takes
+    them (`BankMouths`): the loudness drive's opening, the presenter's model's, the
+    target (their blend), and the opening of the entries the search shows."""
+    from pipeline.catalog import plan_for
+    from pipeline.hot import load_assets, load_bank
+    from pipeline.render.audio import n_video_frames
+    from pipeline.render.mouth.drive import mouth_drive
+    from pipeline.render.mouth.from_bank import BankMouths
+    from pipeline.render.silence import DEFAULT
+
+    assets = load_assets(store, plan_for(store, portrait, recipe).avatar)
+    bank = load_bank(store, bank_key)
+    n_out = n_video_frames(audio.size / clip.sr, clip.fps)
+    drive = mouth_drive(audio, clip.sr, clip.fps, n_out)
+    mouths = BankMouths(assets, bank, audio, clip.sr, clip.fps, drive, DEFAULT)
+    return {
+        "drive": drive.open,
+        "model": bank.predict(audio, clip.sr, clip.fps, n_out)[:, 0],
+        "target": mouths.target[:, 0],
+        "shown": mouths.shapes()[:, 0],
+    }
+
+
+def true_shapes_render(store, portrait: Path, bank_key: str, truth_frames, clip, recipe, fx):
+    """The still with the bank's mouths chosen for the truth's own shapes (the renderer's
+    landmarker on each held-out frame): the bank's search and patch, its target given."""
+    from pipeline.catalog import plan_for
+    from pipeline.hot import load_assets, load_bank
+    from pipeline.mouth.lips import mouth_shape
+    from pipeline.nets.landmarks import load_landmarker
+    from pipeline.render.mouth.drive import mouth_drive
+    from pipeline.render.mouth.from_bank import BankMouths, select
+    from pipeline.render.renderers.base import paste
+
+    assets = load_assets(store, plan_for(store, portrait, recipe).avatar)
+    bank = load_bank(store, bank_key)
+    marker = load_landmarker(recipe.landmarks, recipe.models_dir)
+    shapes = []
+    for image in truth_frames:
+        lm = np.asarray(marker.predict(image, fx.detect_box(image)), np.float64)
+        shapes.append(mouth_shape(lm))
+    target = np.asarray(shapes, np.float32)
+    silent = np.zeros(clip.sr, np.float32)  # the audio only sizes the drive; the target is given
+    mouths = BankMouths(
+        assets,
+        bank,
+        silent,
+        clip.sr,
+        clip.fps,
+        mouth_drive(silent, clip.sr, clip.fps, len(target)),
+        None,
+    )
+    mouths.target, mouths.entries = target, select(bank, target)
+    still = assets.load_frame(0)
+    return [paste(still, mouths.patch(t, 0, still)) for t in range(len(target))]
+
+
+def sheet(path: Path, rows: list[list[np.ndarray]]) -> None:
+    """Rows of same-sized crops (true, bank, procedural, still, bank with the true
+    shapes) at 2x, as PNG."""
+    import cv2
+
+    img = np.concatenate([np.concatenate(r, 1) for r in rows], 0)
+    img = cv2.resize(img, None, fx=2, fy=2, interpolation=cv2.INTER_NEAREST)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), cv2.cvtColor(img, cv2.COLOR_RGB2BGR))
+
+
+def table(results: dict[str, dict]) -> str:
+    """Per clip: each metric for the bank, the procedural mouth, the still and the bank
+    with the truth's shapes (its bound)."""
+    heads = ("bank", "proc", "still", "true")
+    lines = [
+        f"{'clip':<15}{'frames':>7}"
+        + "".join(f"{metric:^34}" for metric in ("lip gap r", "LMD x100", "mouth SSIM")),
+        f"{'':<22}" + "".join("  " + "".join(f"{h:>8}" for h in heads) for _ in range(3)),
+    ]
+    for name, res in results.items():
+        s = res["scores"]
+        cells = "".join(
+            "  " + "".join(f"{s[m][metric]:>8.3f}" for m in METHODS)
+            for metric in ("r", "lmd", "ssim")
+        )
+        lines.append(f"{name:<15}{res['held_out']:>7}{cells}")
+    return "\n".join(lines)
+
+
+def main(bench: Bench) -> None:
+    try:
+        from testkit import footage
+        from testkit import mouth_fixtures as fx
+    except ImportError:
+        bench.missing("the footage and fixtures (testkit/), run from the checkout")
+    print(f"load average at start: {os.getloadavg()[0]:.1f}")
+    names = bench.args.clips or [c.name for c in footage.clips()]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            work = Path(tmp) / name
+            work.mkdir()
+            results[name] = res = held_out(bench, name, fx, work)
+            sheet(bench.args.sheets / f"{name}.png", res["rows"])
+            inputs = {
+                "loop_frames": 1,
+                "bank_frames": res["bank_frames"],
+                "held_out_frames": res["held_out"],
+                "referee": "dlib 68",
+            }
+            s = res["scores"]
+            for metric, label, unit, better in (
+                ("r", "lip gap r vs truth", "r", "higher"),
+                ("lmd", "LMD", "x0.01 eye distance", "lower"),
+                ("ssim", "mouth-crop SSIM", "SSIM", "higher"),
+            ):
+                for base, what in BASELINES.items():
+                    ours, theirs = s["bank"][metric], s[base][metric]
+                    beats = ours > theirs if better == "higher" else ours < theirs
+                    bench.figure(
+                        f"{name}: {label}, bank",
+                        ours,
+                        unit,
+                        baseline=what,
+                        baseline_value=theirs,
+                        better=better,
+                        inputs=inputs,
+                        note="beats it" if beats else "does not beat it",
+                    )
+                bench.figure(
+                    f"{name}: {label}, bank with the truth's own shapes (a bound)",
+                    s["oracle"][metric],
+                    unit,
+                    baseline="the bank (its audio model's shapes)",
+                    baseline_value=s["bank"][metric],
+                    better=better,
+                    inputs=inputs,
+                )
+            c = res["chain"]
+            bench.figure(
+                f"{name}: the bank's audio model's opening vs the truth's lip gap",
+                c["model"],
+                "r",
+                baseline="the loudness drive's opening",
+                baseline_value=c["drive"],
+                inputs=inputs,
+                note=f"their blend, the target, as shown by the search: {c['shown']:.3f}",
+            )
+            bench.figure(
+                f"{name}: the bank entries' opening vs the target's",
+                c["search"],
+                "r",
+                inputs=inputs,
+            )
+    print(table(results))
+    print("the chain, r against the truth's lip gap (held-out frames):")
+    for name, res in results.items():
+        c = res["chain"]
+        print(
+            f"  {name:<15} drive {c['drive']:6.3f}  model {c['model']:6.3f}  "
+            f"shown {c['shown']:6.3f}  (shown vs target {c['search']:.3f})"
+        )
+    for metric, label, better in (
+        ("r", "lip gap r", "higher"),
+        ("lmd", "LMD", "lower"),
+        ("ssim", "SSIM", "higher"),
+    ):
+        for base in BASELINES:
+            wins = sum(
+                (r["scores"]["bank"][metric] > r["scores"][base][metric]) == (better == "higher")
+                for r in results.values()
+            )
+            print(f"{label}: the bank beats {base} on {wins} of {len(results)} clips")
+    if bench.args.docs_sheet is not None:
+        sheet(bench.args.docs_sheet, [r["rows"][0] for r in results.values()])  # widest open
+        print(f"sheet of every clip in {bench.args.docs_sheet}")
+    print(
+        f"sheets in {bench.args.sheets} (columns: true, bank, procedural, still, bank with true shapes)"
+    )
+
+
+if __name__ == "__main__":
+    run_bench(
+        main, __doc__, add_arguments, quick={"clips": ["katie_hill"], "seconds": 4.0, "step": 2}
+    )
