@@ -46,7 +46,7 @@ def misses(report):
 
 def test_second_precompile_is_a_hit_that_does_no_work(store, loop):
     first = precompile(loop, Recipe(), store)
-    assert misses(first) == ["decode", "track", "landmarks", "crops", "masks"]
+    assert misses(first) == ["decode", "track", "landmarks", "crops", "masks", "still"]
     assert first.counts["frames"] == 12 and first.counts["keyframes"] >= 4
     before = store_stats(store)
     second = precompile(loop, Recipe(), store)
@@ -54,7 +54,7 @@ def test_second_precompile_is_a_hit_that_does_no_work(store, loop):
     after = store_stats(store)
     assert all(after.entries[db] == before.entries[db] for db in ("blob", "stage", "avatar"))
     assert after.counters["hits"] == 1
-    assert verify(store) == (6, [])
+    assert verify(store) == (7, [])
 
 
 def test_mask_parameter_recomputes_only_masks(store, loop):
@@ -70,6 +70,7 @@ def test_track_parameter_recomputes_from_track_down(store, loop):
         "landmarks",
         "crops",
         "masks",
+        "still",
     ]
     assert misses(precompile(loop, Recipe(bbox_shift=6), store)) == ["crops", "masks"]
 
@@ -105,6 +106,7 @@ def test_force_recomputes(store, loop):
         "landmarks",
         "crops",
         "masks",
+        "still",
     ]
 
 
