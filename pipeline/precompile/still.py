@@ -68,6 +68,7 @@ TAPER = 0.3  # ... and fades to 0 over this share of the box's half-size at its 
 QUIET_SPREAD = 0.04  # opening range (10th-90th percentile, eye-distance units): quiet below
 REST_SHARE = 0.1  # the quietest 10 % of frames make the rest pose (at least REST_MIN)
 REST_MIN = 3
+KEEP_PX = 0.25  # px: pixels the field moves less than this keep the stored frame's bytes
 MIN_MOVE = 0.75  # px: a frame whose lips are this close to rest everywhere is not touched
 
 
@@ -182,6 +183,18 @@ class _Field:
         middle = np.clip(1.0 - np.abs(p[:, 0]) / self.half, 0.0, 1.0) ** 0.5
         return side, middle
 
+    def below(self, x1: int, y1: int, w: int, h: int) -> np.ndarray:
+        """(h, w) bool: the pixels of the box at (x1, y1) below the lip line (float32,
+        separable: the per-pixel part of the field)."""
+        ua, ub, la, lb = self.lines
+        mid = ((ub + np.interp(ua, la, lb)) / 2).astype(np.float32)
+        ax, ay = self.axes.astype(np.float32)
+        x = np.arange(x1, x1 + w, dtype=np.float32)[None, :] - np.float32(self.origin[0])
+        y = np.arange(y1, y1 + h, dtype=np.float32)[:, None] - np.float32(self.origin[1])
+        across = x * ax[0] + y * ax[1]
+        down = x * ay[0] + y * ay[1]
+        return down > np.interp(across, ua.astype(np.float32), mid)
+
     def taper(self, pts: np.ndarray) -> np.ndarray:
         x1, y1, x2, y2 = self.box
         cx, cy, hx, hy = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 2, (y2 - y1) / 2
@@ -249,22 +262,27 @@ def still_frame(frame: np.ndarray, lm: np.ndarray, rest: Rest) -> Stilled | None
     gx = x1 + (np.arange(gw) + 0.5) * (bw / gw) - 0.5
     gy = y1 + (np.arange(gh) + 0.5) * (bh / gh) - 0.5
     coarse = np.stack(np.meshgrid(gx, gy), axis=-1).reshape(-1, 2)
-    ys, xs = np.mgrid[y1:y2, x1:x2]
-    grid = np.stack([xs.reshape(-1), ys.reshape(-1)], axis=1).astype(np.float64)
-    side, _ = field.sides(grid)
-    src = grid.astype(np.float32).reshape(bh, bw, 2)
-    for s in (-1.0, 1.0):
+    below = field.below(x1, y1, bw, bh)
+    disp = np.zeros((bh, bw, 2), np.float32)
+    for s, where in ((-1.0, ~below), (1.0, below)):
         d = field.at(coarse, np.full(coarse.shape[0], s)).astype(np.float32)
         d = cv2.resize(d.reshape(gh, gw, 2), (bw, bh), interpolation=cv2.INTER_LINEAR)
-        src += np.where((side == s).reshape(bh, bw, 1), d, 0.0)
+        disp[where] = d[where]
+    # only what the field moves is kept (the patch a render decodes is that small)
+    moved = np.abs(disp).max(-1) > KEEP_PX
+    rows, cols = np.flatnonzero(moved.any(1)), np.flatnonzero(moved.any(0))
+    if rows.size == 0:
+        return None
+    ky1, kx1 = int(rows[0]) & ~1, int(cols[0]) & ~1
+    ky2, kx2 = min((int(rows[-1]) + 2) & ~1, bh), min((int(cols[-1]) + 2) & ~1, bw)
+    disp = disp[ky1:ky2, kx1:kx2]
+    map_x = disp[..., 0] + np.arange(x1 + kx1, x1 + kx2, dtype=np.float32)[None, :]
+    map_y = disp[..., 1] + np.arange(y1 + ky1, y1 + ky2, dtype=np.float32)[:, None]
     pixels = cv2.remap(
-        np.ascontiguousarray(frame),
-        src[..., 0],
-        src[..., 1],
-        cv2.INTER_LINEAR,
-        borderMode=cv2.BORDER_REPLICATE,
+        np.ascontiguousarray(frame), map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
     )
-    return Stilled((x1, y1, x2, y2), pixels, _moved_points(field, lm, tgt).astype(np.float32))
+    box = (x1 + kx1, y1 + ky1, x1 + kx2, y1 + ky2)
+    return Stilled(box, pixels, _moved_points(field, lm, tgt).astype(np.float32))
 
 
 def _moved_points(field: _Field, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:

@@ -11,6 +11,9 @@ Both avatars are made in one store from the same file, with and without the stag
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -110,7 +113,9 @@ def test_a_talking_loop_stilled_follows_the_new_speech(talking, new_speech, tmp_
         f"talking loop, {stilled.n_frames} frames, {meta['stilled']} stilled: r = "
         f"{r['stilled']:.3f} stilled, {r['as shot']:.3f} as shot"
     )
-    sheet = write_sheet(tmp_path / "still_sheet.png", stilled, as_shot, rendered, env)
+    # HOTPLATE_TEST_SHEETS: a folder to keep the sheet in (pytest's tmp_path goes)
+    folder = Path(os.environ.get("HOTPLATE_TEST_SHEETS", tmp_path))
+    sheet = write_sheet(folder / "still_sheet.png", stilled, as_shot, rendered, env)
     print(f"sheet (original, stilled, rendered stilled, rendered as shot): {sheet}")
     assert r["stilled"] >= FOLLOWS
     assert r["stilled"] > r["as shot"]
