@@ -91,7 +91,7 @@ def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
         got = store.load_arrays(still_key, ["still_boxes", "still_landmarks"])
         if still is None or got is None:
             raise ColdAvatarError(f"stage still of avatar {avatar_key} is missing or damaged")
-        if int(still.meta.get("stilled", 0)):
+        if "still_landmarks" in got:  # some frame was stilled
             load_frame = StilledFrames(
                 store, frames.blobs, full_side, still.blobs, got["still_boxes"]
             )

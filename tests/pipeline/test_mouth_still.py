@@ -121,7 +121,7 @@ def test_a_talking_loop_stilled_follows_the_new_speech(talking, new_speech, tmp_
     assert r["stilled"] > r["as shot"]
 
 
-def write_sheet(path, stilled, as_shot, rendered, env, rows: int = 6):
+def write_sheet(path, stilled, as_shot, rendered, env, rows: int = 4):
     """2x mouth crops, one output frame a row: the stored frame as shot, stilled, and the
     render of each. Rows: output frames whose stored frame has its mouth open as shot,
     the new speech's loudest first, then its quietest."""
@@ -151,7 +151,7 @@ def write_sheet(path, stilled, as_shot, rendered, env, rows: int = 6):
             np.concatenate(
                 [
                     cv2.resize(
-                        c[cy - 3 * half // 4 : cy + 3 * half // 4, cx - half : cx + half],
+                        c[cy - half // 2 : cy + half // 2, cx - 3 * half // 4 : cx + 3 * half // 4],
                         None,
                         fx=2,
                         fy=2,
@@ -162,7 +162,8 @@ def write_sheet(path, stilled, as_shot, rendered, env, rows: int = 6):
                 axis=1,
             )
         )
-    cv2.imwrite(str(path), np.concatenate(lines, axis=0)[..., ::-1])
+    sheet = np.concatenate(lines, axis=0)[..., ::-1]
+    cv2.imwrite(str(path), sheet, [cv2.IMWRITE_PNG_COMPRESSION, 9])
     return path
 
 

@@ -6,8 +6,9 @@ What it stores (one record; `pipeline/hot.py::load_assets` reads it):
 - `still/NNNNNN`: for each stilled frame, the stilled pixels of that rectangle, encoded
   with the frame codec (`pipeline/media.py`: I420 planes in a JPEG, as the frames are);
 - `still_landmarks` (N, 68, 2) float32: the landmarks of the stilled frames (the lips at
-  rest; the stored landmarks for a frame left as it is).
-A quiet loop (and a still: one frame) stores no patch, and its meta says why (`reason`).
+  rest; the stored landmarks for a frame left as it is), only when a frame was stilled.
+A quiet loop (and a still: one frame) stores its zero boxes alone (a copy of the
+landmarks would be the landmarks stage's blob, shared), and its meta says why (`reason`).
 """
 
 from __future__ import annotations
@@ -43,5 +44,6 @@ def still_stage(frames: FrameSource, landmarks: np.ndarray, progress: Progress):
             progress("still", i + 1, n)
         meta["stilled"] = len(arrays)
     arrays["still_boxes"] = boxes
-    arrays["still_landmarks"] = stilled
+    if arrays.keys() - {"still_boxes"}:  # else they are the landmarks stage's, byte for byte
+        arrays["still_landmarks"] = stilled
     return arrays, meta
