@@ -235,3 +235,14 @@ def test_the_lock_taken_without_waiting_still_reads_a_hit_made_meanwhile(store, 
         )
     assert report.hit and report.avatar == made.avatar
     assert store_stats(store).counters.get("misses", 0) == misses  # nothing built again
+
+
+def test_an_avatar_made_before_the_still_stage_serves_until_rebuilt(store, loop):
+    """An avatar without the still stage (as a hotplate before it made them) is what a
+    render plans while it is the only one; once precompile has made today's, that one."""
+    older = precompile(loop, Recipe(still="off"), store)
+    assert "still" not in store.get_avatar(older.avatar)["stages"]
+    assert plan_for(store, loop, Recipe()).avatar == older.avatar
+    today = precompile(loop, Recipe(), store)
+    assert misses(today) == ["still"]  # every other stage is the older avatar's
+    assert plan_for(store, loop, Recipe()).avatar == today.avatar != older.avatar
