@@ -61,7 +61,7 @@ ACROSS_MOUTH = 0.0  # weight of a control across the lip line, in the mouth's mi
 REFINE = 6  # passes that correct the control moves so the field meets them
 # The inner lips each read this far into their own lip (x lower-face height): the
 # landmarks sit on the edge of the dark interior, and a seam read there would be dark.
-SEAM_MARGIN = 0.025
+SEAM_MARGIN = 0.04
 GRID = 0.03  # coarse grid step, x lower-face height
 REACH = 2.8  # the field is computed this many sigma around the moving points ...
 TAPER = 0.3  # ... and fades to 0 over this share of the box's half-size at its edges
