@@ -206,15 +206,18 @@ class _Field:
     def at(self, pts: np.ndarray, sides: np.ndarray | None = None) -> np.ndarray:
         """d at points (P, 2); `sides`: the points' own side where known (0: look it up)."""
         pts = np.asarray(pts, np.float64)
-        d2 = ((pts[:, None, :] - self.ctrl[None, :, :]) ** 2).sum(-1)
-        w = np.exp(-d2 / (2.0 * (SIGMA * self.scale) ** 2))
+        p = (pts - self.origin).astype(np.float32)  # about the mouth: float32 is exact enough
+        c = (self.ctrl - self.origin).astype(np.float32)
+        d2 = (p * p).sum(1)[:, None] + (c * c).sum(1)[None, :] - 2.0 * (p @ c.T)
+        w = np.exp(d2 * np.float32(-0.5 / (SIGMA * self.scale) ** 2))
         side, middle = self.sides(pts)
         if sides is not None:
             side = np.where(sides != 0, sides, side)
         across = (side[:, None] * self.ctrl_side[None, :]) < 0
-        w *= np.where(across, 1.0 - (1.0 - ACROSS_MOUTH) * middle[:, None], 1.0)
-        d = (w @ self.values) / (w.sum(1, keepdims=True) + STAY)
-        return d * self.taper(pts)[:, None]
+        keep = (1.0 - (1.0 - ACROSS_MOUTH) * middle).astype(np.float32)
+        w = np.where(across, w * keep[:, None], w)
+        d = (w @ self.values.astype(np.float32)) / (w.sum(1, keepdims=True) + np.float32(STAY))
+        return d.astype(np.float64) * self.taper(pts)[:, None]
 
 
 def _lip_lines(pts: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -263,13 +266,18 @@ def still_frame(frame: np.ndarray, lm: np.ndarray, rest: Rest) -> Stilled | None
     gy = y1 + (np.arange(gh) + 0.5) * (bh / gh) - 0.5
     coarse = np.stack(np.meshgrid(gx, gy), axis=-1).reshape(-1, 2)
     below = field.below(x1, y1, bw, bh)
-    disp = np.zeros((bh, bw, 2), np.float32)
-    for s, where in ((-1.0, ~below), (1.0, below)):
-        d = field.at(coarse, np.full(coarse.shape[0], s)).astype(np.float32)
-        d = cv2.resize(d.reshape(gh, gw, 2), (bw, bh), interpolation=cv2.INTER_LINEAR)
-        disp[where] = d[where]
+    above_d, below_d = (
+        cv2.resize(
+            field.at(coarse, np.full(coarse.shape[0], s)).astype(np.float32).reshape(gh, gw, 2),
+            (bw, bh),
+            interpolation=cv2.INTER_LINEAR,
+        )
+        for s in (-1.0, 1.0)
+    )
+    disp = np.where(below[..., None], below_d, above_d)
     # only what the field moves is kept (the patch a render decodes is that small)
-    moved = np.abs(disp).max(-1) > KEEP_PX
+    moved = np.maximum(np.abs(disp[..., 0]), np.abs(disp[..., 1])) > KEEP_PX  # (a max over
+    # the last axis of 2 is numpy's slow path)
     rows, cols = np.flatnonzero(moved.any(1)), np.flatnonzero(moved.any(0))
     if rows.size == 0:
         return None
