@@ -59,18 +59,23 @@ def iter_sources(root: Path) -> Iterator[Source]:
 def plan_for(store: Store | None, path: Path, recipe: Recipe) -> Plan:
     """Hash the file (stat cache first) and plan its stage keys under recipe: the plan
     precompile builds now, unless the store has no avatar under it but has one that an
-    older frame format made (media.LEGACY_CODECS), which then serves renders (and gc
-    keeps it) until the watcher, `sync` or a precompile builds the new one."""
-    from pipeline.media import LEGACY_CODECS
+    older hotplate made, which then serves renders (and gc keeps it) until the watcher,
+    `sync` or a precompile builds the new one: one without the still stage (made before
+    it existed), or in an older frame format (media.LEGACY_CODECS)."""
+    from pipeline.media import FRAME_CODEC, LEGACY_CODECS
 
     digest = file_digest(store, path)
     current = plan(digest, recipe)
     if store is None or store.read_value("avatar", current.avatar) is not None:
         return current
-    for codec in LEGACY_CODECS:
-        older = plan(digest, recipe, frame_codec=codec)
-        if store.read_value("avatar", older.avatar) is not None:
-            return older
+    recipes = [recipe] if recipe.still == "off" else [recipe, recipe.replace(still="off")]
+    for codec in (FRAME_CODEC, *LEGACY_CODECS):
+        for older_recipe in recipes:
+            if codec == FRAME_CODEC and older_recipe is recipe:
+                continue  # that is `current`
+            older = plan(digest, older_recipe, frame_codec=codec)
+            if store.read_value("avatar", older.avatar) is not None:
+                return older
     return current
 
 

@@ -50,8 +50,64 @@ class FrameSource:
         return ordered_map(self, range(len(self)), ahead=4)
 
 
+class StilledFrames(FrameSource):
+    """A FrameSource of a stilled loop (the still stage, `pipeline/precompile/still.py`):
+    frame i decodes as stored, then the stage's patch of it, if it has one, is decoded
+    (a small JPEG in the frame codec) and written over its rectangle, in I420 straight
+    into the planes (`yuv`, the hot path) or in RGB (`__call__`). Proxies (tracking's)
+    are of the frames as shot. `digests` are the stored frames'; `patch_digests` the
+    patches' (None: the frame is shown as it is)."""
+
+    def __init__(
+        self,
+        store: Store,
+        blobs: dict[str, str],
+        full_side: int,
+        patch_blobs: dict[str, str],
+        boxes: np.ndarray,
+    ) -> None:
+        super().__init__(store, blobs, full_side)
+        self.boxes = np.asarray(boxes, np.int32)
+        self.patch_digests = [patch_blobs.get(still_patch_name(i)) for i in range(len(self))]
+
+    def _blobs(self, i: int) -> tuple[np.ndarray, np.ndarray | None]:
+        patch = self.patch_digests[i]
+        with self.store.read() as r:  # both in one snapshot: a frame and its own patch
+            frame = r.array(self.digests[i]).copy()
+            return frame, (None if patch is None else r.array(patch).copy())
+
+    def __call__(self, i: int) -> np.ndarray:
+        from pipeline.media import decode_frame
+
+        frame, patch = self._blobs(i)
+        rgb = decode_frame(frame)
+        if patch is not None:
+            x1, y1, x2, y2 = (int(v) for v in self.boxes[i])
+            rgb[y1:y2, x1:x2] = decode_frame(patch)
+        return rgb
+
+    def yuv(self, i: int):
+        from pipeline.media import decode_yuv
+        from pipeline.yuv import planes
+
+        frame, patch = self._blobs(i)
+        out = decode_yuv(frame)
+        if patch is not None:
+            x1, y1, x2, y2 = (int(v) for v in self.boxes[i])  # x1, y1 even
+            for dst, src, k in zip(planes(out), planes(decode_yuv(patch)), (1, 2, 2), strict=True):
+                h, w = dst[y1 // k :, x1 // k :].shape
+                sh, sw = min(src.shape[0], h), min(src.shape[1], w)
+                dst[y1 // k : y1 // k + sh, x1 // k : x1 // k + sw] = src[:sh, :sw]
+        return out
+
+
 def frame_name(i: int) -> str:
     return f"frame/{i:06d}"
+
+
+def still_patch_name(i: int) -> str:
+    """The still stage's name for frame i's stilled patch."""
+    return f"still/{i:06d}"
 
 
 # Decoded frames a render keeps for their next use (see ScheduledFrames): 64 MiB is 21

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from cachestore.leases import Lease
 from cachestore.store import Store
 from pipeline.assets import AvatarAssets
-from pipeline.frames import FrameSource
+from pipeline.frames import FrameSource, StilledFrames
 
 # what a renderer reads; the 256x256 crops stay in the store
 RENDER_ARRAYS = ["boxes", "landmarks", "mesh", "crop_boxes", "mask_boxes", "masks", "latents"]
@@ -82,9 +82,20 @@ def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
     frames = store.get_stage(manifest["stages"]["decode"])
     if frames is None:
         raise ColdAvatarError(f"the frames of avatar {avatar_key} are missing")
-    load_frame = FrameSource(
-        store, frames.blobs, max(int(manifest["width"]), int(manifest["height"]))
-    )
+    full_side = max(int(manifest["width"]), int(manifest["height"]))
+    load_frame = FrameSource(store, frames.blobs, full_side)
+    landmarks = arrays["landmarks"]
+    still_key = manifest["stages"].get("still")  # a talking loop's mouth motion taken out
+    if still_key is not None:
+        still = store.get_stage(still_key)
+        got = store.load_arrays(still_key, ["still_boxes", "still_landmarks"])
+        if still is None or got is None:
+            raise ColdAvatarError(f"stage still of avatar {avatar_key} is missing or damaged")
+        if "still_landmarks" in got:  # some frame was stilled
+            load_frame = StilledFrames(
+                store, frames.blobs, full_side, still.blobs, got["still_boxes"]
+            )
+            landmarks = got["still_landmarks"]
     if not store.readonly:
         store.touch(avatar_key)
     return AvatarAssets(
@@ -93,7 +104,7 @@ def load_assets(store: Store, avatar_key: str) -> AvatarAssets:
         width=int(manifest["width"]),
         height=int(manifest["height"]),
         boxes=arrays["boxes"],
-        landmarks=arrays["landmarks"],
+        landmarks=landmarks,
         crop_boxes=arrays["crop_boxes"],
         mask_boxes=arrays["mask_boxes"],
         masks=arrays["masks"],

@@ -24,6 +24,7 @@ from pipeline.precompile.recipe import (
     LANDMARKERS,
     MASKERS,
     PARSING_MODES,
+    STILL_MODES,
     Recipe,
 )
 from pipeline.render.renderers import RENDERERS
@@ -188,6 +189,14 @@ def recipe_flags(fn):
             help="VAE directory under the models dir for latents, e.g. sd-vae."
             + default_help(RECIPE.vae or "none", "the models dir's with --backend musetalk"),
         ),
+        click.option(
+            "--still",
+            type=click.Choice(STILL_MODES),
+            help="auto: a loop shot while the presenter spoke gets its lips brought to rest "
+            "before the new mouth goes on (a quiet loop and a still are left as they are); "
+            "off: the loop's mouth as shot."
+            + default_help(RECIPE.still, "off with --backend musetalk"),
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -228,6 +237,7 @@ RECIPE_FLAGS = (
     "parsing_mode",
     "crop_rules",
     "vae",
+    "still",
 )
 
 
@@ -289,8 +299,9 @@ def precompile(
     ctx: click.Context, paths: tuple[Path, ...], force: bool, **recipe_options: object
 ) -> None:
     """Precompile loop videos or stills into hot avatars (frames, track, landmarks,
-    crops, masks, latents), and a video's mouth bank (a loop that talks, or a persona's
-    speech.mp4, which is only a bank). A second run on the same file is a cache hit."""
+    crops, masks, still: a talking loop's lips brought to rest, latents), and a video's
+    mouth bank (a loop that talks, or a persona's speech.mp4, which is only a bank). A
+    second run on the same file is a cache hit."""
     from hotplate.progress import StageBars
     from pipeline.catalog import bank_info, describe_bank
     from pipeline.precompile.run import precompile_source

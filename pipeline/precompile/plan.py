@@ -3,8 +3,8 @@
 Stage key = H(stage name, stage version, the recipe fields it reads, model identity,
 upstream stage key). A stage's version is bumped when its code changes its output.
 
-A source has two plans: its avatar (decode .. masks, latents: what a render of it reads)
-and, for a video, its mouth bank (decode, track, landmarks, bank: `plan(..., bank=True)`),
+A source has two plans: its avatar (decode .. masks, still, latents: what a render of it
+reads; still unless the recipe says `still="off"`) and, for a video, its mouth bank (decode, track, landmarks, bank: `plan(..., bank=True)`),
 whose own key names a record of its own. The two share their first three stages.
 """
 
@@ -17,6 +17,7 @@ from pipeline.mouth.bank import VERSION as BANK_VERSION
 from pipeline.nets.backends import backend_identity
 from pipeline.nets.cpu_speed import key_precision
 from pipeline.precompile.recipe import Recipe
+from pipeline.precompile.still import VERSION as STILL_VERSION
 
 # stage -> (version, recipe fields it reads, upstream stage, backend kind whose identity it takes)
 STAGES: dict[str, tuple[int, tuple[str, ...], str, str]] = {
@@ -30,6 +31,7 @@ STAGES: dict[str, tuple[int, tuple[str, ...], str, str]] = {
     "landmarks": (1, (), "track", "landmarks"),
     "crops": (1, ("bbox_shift", "crop_size"), "landmarks", ""),
     "masks": (2, ("mask_feather",), "crops", "mask"),  # 2: hull has lips and jaw room
+    "still": (STILL_VERSION, (), "landmarks", ""),  # a talking loop's own mouth taken out
     "latents": (1, (), "crops", "vae"),
     "bank": (BANK_VERSION, (), "landmarks", ""),  # the mouth bank of a talking clip
 }
@@ -55,7 +57,13 @@ class Plan:
 def stage_names(recipe: Recipe, bank: bool = False) -> list[str]:
     if bank:
         return list(BANK_STAGES)
-    return [s for s in STAGES if s != "bank" and (s != "latents" or recipe.vae)]
+    return [
+        s
+        for s in STAGES
+        if s != "bank"
+        and (s != "latents" or recipe.vae)
+        and (s != "still" or recipe.still != "off")
+    ]
 
 
 def plan(

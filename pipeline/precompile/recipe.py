@@ -22,6 +22,9 @@ MASKERS = ("landmarks", "bisenet")
 PARSING_MODES = ("jaw", "raw", "neck")  # upstream MuseTalk's BiSeNet mask modes
 CROP_RULES = ("hotplate", "v1.5", "v1.0")  # half-face box rules: hotplate's, or MuseTalk's
 FACE_HINTS = ("auto", "largest", "central")  # or "x,y": the face nearest that point
+# auto: a loop whose mouth moves (shot while the presenter spoke) is stilled, a quiet one
+# and a still are left as they are (pipeline/precompile/still.py); off: never
+STILL_MODES = ("auto", "off")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Recipe:
     vae: str = ""  # name of a VAE directory under the models dir; "" = no latents
     parsing_mode: str = "jaw"  # BiSeNet mask mode (mask="bisenet" only)
     crop_rules: str = "hotplate"  # v1.5: bbox_shift 0, extra_margin 10; v1.0: bbox_shift kept
+    still: str = "auto"  # take a talking loop's own mouth motion out (STILL_MODES)
     models_dir: Path | None = field(default=None, compare=False)
     # the fields the settings set (hotplate.toml, HOTPLATE_*), even to their default value:
     # what a backend implies never replaces them (`for_backend`); not part of any key
@@ -60,6 +64,7 @@ class Recipe:
             "mask": MASKERS,
             "parsing_mode": PARSING_MODES,
             "crop_rules": CROP_RULES,
+            "still": STILL_MODES,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)
@@ -132,6 +137,7 @@ MUSETALK_PARTS = (
     "crop_rules",
     "vae",
     "bbox_shift",
+    "still",
 )
 
 
@@ -165,7 +171,8 @@ def for_backend(recipe: Recipe, backend: str, explicit: frozenset[str] = frozens
     """The recipe a render with `backend` precompiles under (a step of `effective_recipe`).
 
     For musetalk: S3FD, DWPose, BiSeNet in the version's mode (v1.5 jaw, v1.0 raw), the
-    version's crop rules (v1.5 also forces bbox_shift 0) and the VAE MuseTalk decodes with,
+    version's crop rules (v1.5 also forces bbox_shift 0), the VAE MuseTalk decodes with and
+    no stilling (upstream blends onto the frames as shot),
     the version read from the UNet files in the models dir. A field named in `explicit`
     (a flag or a setting gave it, even its default value: `HOTPLATE_LANDMARKS=facemesh`
     is a choice) or already off its default (a recipe made in code) is kept. Other
@@ -183,6 +190,7 @@ def for_backend(recipe: Recipe, backend: str, explicit: frozenset[str] = frozens
         "parsing_mode": "jaw" if version == "v1.5" else "raw",
         "crop_rules": version,
         "vae": default_vae(recipe.models_dir),
+        "still": "off",
     }
     base = Recipe()
     explicit = explicit | recipe.explicit
@@ -214,5 +222,6 @@ def describe(recipe: Recipe) -> str:
     mask = f"bisenet ({recipe.parsing_mode})" if recipe.mask == "bisenet" else recipe.mask
     return (
         f"detector {recipe.detector}, landmarks {recipe.landmarks}, mask {mask}, crops "
-        f"{recipe.crop_rules} (bbox_shift {recipe.bbox_shift}), vae {recipe.vae or 'none'}"
+        f"{recipe.crop_rules} (bbox_shift {recipe.bbox_shift}), vae {recipe.vae or 'none'}, "
+        f"still {recipe.still}"
     )

@@ -73,7 +73,8 @@ def _repair_one(
             f"{source} now holds other bytes than the avatar was made from; "
             f"`hotplate precompile` makes the new content hot, gc removes the old avatar"
         )
-    recipe = Recipe(**manifest["recipe"], models_dir=models_dir)
+    # an avatar made before the still stage existed was made without it
+    recipe = Recipe(**{"still": "off", **manifest["recipe"]}, models_dir=models_dir)
     bank = manifest.get("kind") == "bank"  # a mouth bank's record (its recipe as built)
     if plan(manifest["source_digest"], recipe, bank).avatar != key:
         return CANNOT, (

@@ -1,7 +1,8 @@
 """Precompile one source file into a hot avatar: the one entry point the watcher calls.
 
 Steps, as ARCHITECTURE.md numbers them: 1. decode, 2. track, 3. landmarks, 4. crops,
-5. masks, 6. latents (only with a VAE). Each stage is looked up by its key first; a
+5. masks, 6. latents (only with a VAE), and still (a talking loop's own mouth motion
+taken out, unless the recipe says `still="off"`; docs/DESIGN.md, "Stilling a talking loop"). Each stage is looked up by its key first; a
 hit does no work. Each stage's arrays and manifest land in one write transaction,
 the avatar manifest last, so a failure at any point leaves no manifest that names
 missing data.
@@ -40,6 +41,7 @@ from pipeline.precompile.stages.bank import bank_stage
 from pipeline.precompile.stages.decode import decode_snapshot
 from pipeline.precompile.stages.latents import latents_stage
 from pipeline.precompile.stages.per_frame import PerFrameStages
+from pipeline.precompile.stages.still import still_stage
 from pipeline.precompile.stages.track import track_stage
 
 logger = logging.getLogger(__name__)
@@ -264,6 +266,10 @@ def _build(
             store.load_arrays(crops.key, ["crop_boxes"])["crop_boxes"],
         ),
     )
+    if recipe.still != "off":  # the loop's own mouth motion out, before any mouth goes on
+        run.stage(
+            "still", lambda: still_stage(frames, store.load_arrays(lm.key)["landmarks"], progress)
+        )
     if recipe.vae:
         run.stage(
             "latents",

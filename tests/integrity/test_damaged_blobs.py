@@ -104,7 +104,7 @@ def test_flipped_masks_byte_fails_no_jit_in_one_line_then_render_rebuilds(world)
     assert fixed.returncode == 0, fixed.stderr
     assert "JIT precompile" in fixed.stdout
     assert frames_of(world / "fixed.mp4") == 25
-    assert verify(open_store(world / "cache", readonly=True)) == (6, [])
+    assert verify(open_store(world / "cache", readonly=True)) == (7, [])
     forget_store(world / "cache")
 
 
@@ -127,7 +127,7 @@ def test_any_damaged_blob_is_rebuilt_by_precompile_and_the_render_is_valid(
     again = hotplate(world, "precompile", str(world / "personas" / "astro" / "studio.mp4"))
     assert again.returncode == 0, again.stderr
     assert f"rebuilt damaged {stage}" in again.stdout
-    assert verify(open_store(world / "cache", readonly=True)) == (6, [])
+    assert verify(open_store(world / "cache", readonly=True)) == (7, [])
     forget_store(world / "cache")
 
     out = render(world, world / "out.mp4", "--no-jit")
@@ -153,7 +153,10 @@ def test_damaged_latents_are_rebuilt_alone_and_musetalk_renders(world):
 
     # musetalk implies upstream's recipe (S3FD, DWPose, BiSeNet, v1.5 crops); these flags
     # keep the recipe the avatar above was made with, so only the damage is rebuilt
-    same_recipe = ("--detector", "retinaface", "--landmarks", "facemesh", "--mask", "landmarks")
+    same_recipe = (
+        *("--detector", "retinaface", "--landmarks", "facemesh", "--mask", "landmarks"),
+        *("--still", "auto"),
+    )
     out = cli.render(
         world,
         world / "cache",
@@ -170,7 +173,7 @@ def test_damaged_latents_are_rebuilt_alone_and_musetalk_renders(world):
     assert "JIT precompile" in out.stdout and frames_of(world / "out.mp4") == 25
     store = open_store(world / "cache")
     try:
-        assert verify(store) == (8, [])  # 6 stages (all but latents shared), 2 avatars
+        assert verify(store) == (9, [])  # 7 stages (all but latents shared), 2 avatars
         assert precompile(source, recipe, store).hit
         after = created_times(store, avatar)
         assert [n for n in after if after[n] != before[n]] == ["latents"]  # rebuilt alone

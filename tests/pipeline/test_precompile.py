@@ -46,7 +46,7 @@ def misses(report):
 
 def test_second_precompile_is_a_hit_that_does_no_work(store, loop):
     first = precompile(loop, Recipe(), store)
-    assert misses(first) == ["decode", "track", "landmarks", "crops", "masks"]
+    assert misses(first) == ["decode", "track", "landmarks", "crops", "masks", "still"]
     assert first.counts["frames"] == 12 and first.counts["keyframes"] >= 4
     before = store_stats(store)
     second = precompile(loop, Recipe(), store)
@@ -54,7 +54,7 @@ def test_second_precompile_is_a_hit_that_does_no_work(store, loop):
     after = store_stats(store)
     assert all(after.entries[db] == before.entries[db] for db in ("blob", "stage", "avatar"))
     assert after.counters["hits"] == 1
-    assert verify(store) == (6, [])
+    assert verify(store) == (7, [])
 
 
 def test_mask_parameter_recomputes_only_masks(store, loop):
@@ -70,6 +70,7 @@ def test_track_parameter_recomputes_from_track_down(store, loop):
         "landmarks",
         "crops",
         "masks",
+        "still",
     ]
     assert misses(precompile(loop, Recipe(bbox_shift=6), store)) == ["crops", "masks"]
 
@@ -105,6 +106,7 @@ def test_force_recomputes(store, loop):
         "landmarks",
         "crops",
         "masks",
+        "still",
     ]
 
 
@@ -233,3 +235,14 @@ def test_the_lock_taken_without_waiting_still_reads_a_hit_made_meanwhile(store, 
         )
     assert report.hit and report.avatar == made.avatar
     assert store_stats(store).counters.get("misses", 0) == misses  # nothing built again
+
+
+def test_an_avatar_made_before_the_still_stage_serves_until_rebuilt(store, loop):
+    """An avatar without the still stage (as a hotplate before it made them) is what a
+    render plans while it is the only one; once precompile has made today's, that one."""
+    older = precompile(loop, Recipe(still="off"), store)
+    assert "still" not in store.get_avatar(older.avatar)["stages"]
+    assert plan_for(store, loop, Recipe()).avatar == older.avatar
+    today = precompile(loop, Recipe(), store)
+    assert misses(today) == ["still"]  # every other stage is the older avatar's
+    assert plan_for(store, loop, Recipe()).avatar == today.avatar != older.avatar

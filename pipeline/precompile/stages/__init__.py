@@ -1,5 +1,5 @@
 """The precompile stages, one module each (decode, track, per_frame: landmarks, crops and
-masks in one pass, latents), and what every stage shares: a stage is looked up by its
+masks in one pass, still, latents; bank for a mouth bank), and what every stage shares: a stage is looked up by its
 key and computed only on a miss (`StageRunner`)."""
 
 from __future__ import annotations
