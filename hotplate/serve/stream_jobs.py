@@ -160,6 +160,7 @@ def run_live_job(store: Any, settings: dict[str, Any], fields: dict, recipe: Any
         out_path,
         motion=fields.get("motion"),
         backend=fields["backend"],
+        profile=fields.get("profile"),
     )
     with open(out_path, "wb") as out:
 
