@@ -167,6 +167,7 @@ def run_live_job(store: Any, settings: dict[str, Any], fields: dict, recipe: Any
         def sink(kind: str, data: bytes) -> None:
             out.write(data)
             out.flush()
+            progress.segment(kind, data)  # the server sends it now, not at its next look
 
         try:
             report = live_lip_sync(

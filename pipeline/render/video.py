@@ -55,6 +55,7 @@ def streaming_to(sink: FragmentSink) -> Iterator[None]:
 
 
 _DONE = object()  # end-of-stream marker on the queues
+FIRST_ALONE = 8  # the first frames go to the encoder one by one (the stream's first fragments)
 _POLL = 0.1  # s; how often a blocked thread looks whether it should stop
 
 
@@ -202,7 +203,9 @@ def render_video(
     out_fps = float(fps or renderer.fps or assets.fps)
     n_out = max(1, n_video_frames(seconds, out_fps))
     idxs = schedule(n_out, assets.n_frames, loop)
-    renderer.prepare(assets, audio, sr, n_out, out_fps)
+
+    def prepare() -> None:  # the whole clip's analysis, while the first frames decode
+        renderer.prepare(assets, audio, sr, n_out, out_fps)
 
     # 4-5. fetch -> render -> encode, overlapped; the writer muxes and closes
     if sink is not None:
@@ -221,7 +224,9 @@ def render_video(
         )
     timings: dict[str, float] = {}
     with writer:
-        first = _run_pipeline(assets, renderer, idxs, writer, progress, cache_bytes, timings)
+        first = _run_pipeline(
+            assets, renderer, idxs, writer, progress, cache_bytes, timings, prepare
+        )
     timings.update(writer.timings)
     wall = time.perf_counter() - start
     return RenderReport(
@@ -325,6 +330,7 @@ def _run_pipeline(
     progress: Progress | None,
     cache_bytes: int | None = None,
     timings: dict[str, float] | None = None,
+    prepare: Callable[[], None] | None = None,
 ) -> float | None:
     """Run the three stages; returns when the first frame reached the encoder.
 
@@ -332,7 +338,9 @@ def _run_pipeline(
     (pipeline.frames.ScheduledFrames, `cache_bytes` of decoded frames kept); this thread
     makes the mouths and blends them into copies of those planes (render/compose.py);
     the encode thread hands them to x264. FFmpeg's decoder and x264 release the GIL.
-    `timings` gets the seconds each stage took ("read", "mouth", "compose")."""
+    `timings` gets the seconds each stage took ("read", "mouth", "compose"). `prepare`
+    (the renderer's, on the whole audio) runs here once the fetch thread has started, so
+    the first stored frames decode on the other core meanwhile."""
     from pipeline.frames import CACHE_BYTES
     from pipeline.render.compose import compose
 
@@ -386,12 +394,17 @@ def _run_pipeline(
         th.start()
     total, done = len(idxs), 0
     try:
+        if prepare is not None:
+            t0 = time.perf_counter()
+            prepare()
+            spent["prepare"] = time.perf_counter() - t0
         ended = False
         while not ended:
             items = []
-            # the first frame alone: it reaches the encoder (and the first fragment the
-            # client) without waiting for the rest of a batch to be made
-            while len(items) < (batch if done else 1):
+            # the first frames one at a time: each reaches the encoder (and the first
+            # fragments, RAMP's 1, 2, 4 frames, the client) without waiting for the rest of
+            # a batch to be made
+            while len(items) < (batch if done >= FIRST_ALONE else 1):
                 item = _get(fetched, stop)
                 if item is _DONE:
                     ended = True
@@ -424,6 +437,7 @@ def _run_pipeline(
         raise errors[0]
     if timings is not None:
         timings.update(read=spent["read"], mouth=mouth.seconds)
+        timings["prepare"] = spent.get("prepare", 0.0)
         timings["compose"] = spent["compose"] - mouth.seconds
     return first[0] if first else None
 
