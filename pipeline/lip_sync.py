@@ -42,6 +42,8 @@ class LipSyncRequest:
     no_jit: bool = False
     device: str | None = None  # "cpu", "cuda", "cuda:1"; None = CUDA when there is one
     batch_size: int | None = None  # frames per renderer call; None = the renderer's
+    # encoder profile (render/profiles.py); None = "export" for a file, "preview" streamed
+    profile: str | None = None
     # recipe fields the caller gave (flags; None = not given), for effective_recipe
     flags: dict[str, object] = field(default_factory=dict)
 
@@ -222,6 +224,7 @@ def lip_sync(
             device=request.device,
             vae=hot.recipe.vae or None,
             batch_size=request.batch_size,
+            profile=request.profile,
         )
     return LipSyncOutcome(
         avatar=hot.avatar,
@@ -270,6 +273,7 @@ def live_lip_sync(
             device=request.device,
             vae=hot.recipe.vae or None,
             progress=progress,
+            profile=request.profile,
         )
     out.avatar, out.jit, out.jit_seconds = hot.avatar, hot.jit, hot.jit_seconds
     return out

@@ -70,6 +70,21 @@ class RenderForm:
     attire: str
     motion: str | None
     backend: str | None
+    profile: str | None = None
+
+
+def check_profile(profile: str | None, default: str) -> str:
+    """The encoder profile a request asked for (`default` when it named none); a 422
+    Problem naming the choices for an unknown one."""
+    from pipeline.render.profiles import PROFILES
+
+    if profile is None or profile == "":
+        return default
+    if profile not in PROFILES:
+        raise Problem(
+            422, f"profile {profile!r} is not one of {', '.join(PROFILES)}; send one of them"
+        )
+    return profile
 
 
 def render_form(
@@ -78,6 +93,13 @@ def render_form(
     attire: Annotated[str, Form(description="Attire; the portrait when omitted.")] = "default",
     motion: Annotated[str | None, Form(description="Motion loop of the attire.")] = None,
     backend: Annotated[str | None, Form(description="warp or musetalk.")] = None,
+    profile: Annotated[
+        str | None,
+        Form(
+            description="Encoder profile: preview (fast) or export (the file's quality); "
+            "preview for /v1/lip-sync/stream, export for /v1/lip-sync when omitted."
+        ),
+    ] = None,
 ) -> RenderForm:
     """The multipart fields of a render request (both render routes)."""
-    return RenderForm(persona, audio, attire, motion, backend)
+    return RenderForm(persona, audio, attire, motion, backend, profile)

@@ -160,12 +160,14 @@ def run_live_job(store: Any, settings: dict[str, Any], fields: dict, recipe: Any
         out_path,
         motion=fields.get("motion"),
         backend=fields["backend"],
+        profile=fields.get("profile"),
     )
     with open(out_path, "wb") as out:
 
         def sink(kind: str, data: bytes) -> None:
             out.write(data)
             out.flush()
+            progress.segment(kind, data)  # the server sends it now, not at its next look
 
         try:
             report = live_lip_sync(

@@ -55,16 +55,37 @@ def status_for(exc: BaseException) -> int:
 
 
 class Throttle:
-    """Sends a progress message when the step changes or a whole percent passes."""
+    """Sends a progress message when the step changes or a whole percent passes, and
+    (`segment`) when a stream's segment is in its file: the server, which waits on the
+    job's progress, then sends it at once instead of at its next look. Thread-safe: a
+    stream's segments are written on the render's encode thread."""
 
     def __init__(self, conn: Any, job_id: str) -> None:
+        import threading
+
         self.conn, self.job_id, self.last = conn, job_id, (None, -1)
+        self.latest: tuple[str, int, int] | None = None  # the last (step, done, total) seen
+        self.sent: tuple[str, int, int] | None = None
+        self.lock = threading.Lock()
 
     def __call__(self, step: str, done: int, total: int) -> None:
         percent = int(100 * done / total) if total else 0
-        if (step, percent) != self.last:
-            self.last = (step, percent)
-            self.conn.send(("progress", self.job_id, step, done, total))
+        with self.lock:
+            self.latest = (step, done, total)
+            if (step, percent) != self.last:
+                self.last = (step, percent)
+                self._send()
+
+    def segment(self, kind: str, data: bytes) -> None:
+        """A stream's sink: the segment is in the file (render/video.py's tee writes it
+        first); say so, unless the server knows this progress already."""
+        with self.lock:
+            if self.latest is not None and self.latest != self.sent:
+                self._send()
+
+    def _send(self) -> None:
+        self.sent = self.latest
+        self.conn.send(("progress", self.job_id, *self.latest))
 
     def jit(self) -> None:
         """The avatar is cold: the job precompiles it before it renders."""
@@ -90,7 +111,7 @@ def run_job(
 
         request = LipSyncRequest(**fields)
         # a stream's render_video writes the fragmented file as it grows; the server reads it
-        fragmented = streaming_to(lambda kind, data: None) if kind == "stream" else nullcontext()
+        fragmented = streaming_to(progress.segment) if kind == "stream" else nullcontext()
         with fragmented:
             outcome = lip_sync(
                 store,

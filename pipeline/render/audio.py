@@ -109,9 +109,43 @@ def frame_bounds(n_samples: int, sr: int, fps: float) -> np.ndarray:
     return np.minimum(np.round(np.arange(n + 1) * (sr / fps)).astype(np.int64), n_samples)
 
 
+class _LastOf:
+    """The last few results of an analysis of a whole clip, by (the samples array
+    itself, sr, fps): a render's prepare asks for the same clip's spectra and RMS from
+    the mouth drive, the bank's features and the silence rests (2 and 4 times for a
+    20 s clip, ~40% of prepare). The array is held by weak reference and compared by
+    identity, so another clip, or the same one sliced, is analysed anew; results are
+    read-only, so no caller can change another's."""
+
+    def __init__(self, fn, size: int = 4) -> None:
+        self.fn, self.size, self.kept = fn, size, []
+
+    def __call__(self, samples: np.ndarray, sr: int, fps: float):
+        import weakref
+
+        for ref, key, out in self.kept:
+            if ref() is samples and key == (samples.size, sr, fps):
+                return out
+        out = self.fn(samples, sr, fps)
+        for a in out if isinstance(out, tuple) else (out,):
+            a.flags.writeable = False
+        try:
+            ref = weakref.ref(samples)
+        except TypeError:  # not an ndarray of its own: nothing to key on
+            return out
+        self.kept = [k for k in self.kept if k[0]() is not None][-(self.size - 1) :]
+        self.kept.append((ref, (samples.size, sr, fps), out))
+        return out
+
+
 def frame_rms(samples: np.ndarray, sr: int, fps: float) -> np.ndarray:
-    """RMS of the samples under each video frame; frame t covers [t/fps, (t+1)/fps)."""
+    """RMS of the samples under each video frame; frame t covers [t/fps, (t+1)/fps).
+    Read-only (the last results are shared: `_LastOf`)."""
     samples = np.asarray(samples, np.float32)
+    return _frame_rms(samples, sr, fps)
+
+
+def _rms(samples: np.ndarray, sr: int, fps: float) -> np.ndarray:
     bounds = frame_bounds(samples.size, sr, fps)
     energy = np.concatenate([[0.0], np.cumsum(samples.astype(np.float64) ** 2)])
     counts = np.diff(bounds)
@@ -119,6 +153,9 @@ def frame_rms(samples: np.ndarray, sr: int, fps: float) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         rms = np.where(counts > 0, np.sqrt(np.maximum(sums, 0.0) / np.maximum(counts, 1)), 0.0)
     return rms.astype(np.float32)
+
+
+_frame_rms = _LastOf(_rms)
 
 
 def loudness_envelope(
@@ -183,8 +220,12 @@ CENTROID_BAND = (80.0, 6000.0)  # Hz: voice harmonics; above, hiss and sibilants
 def frame_spectra(samples: np.ndarray, sr: int, fps: float) -> tuple[np.ndarray, np.ndarray]:
     """Power spectrum of the samples under each video frame, Hann-windowed over the
     frame's own samples (zero-padded to one FFT size for all): ((T, F) float32, (F,)
-    frequencies in Hz). One FFT call per block of frames, no loop per frame."""
-    samples = np.asarray(samples, np.float32)
+    frequencies in Hz). One FFT call per block of frames, no loop per frame. Read-only
+    (the last results are shared: `_LastOf`)."""
+    return _frame_spectra(np.asarray(samples, np.float32), sr, fps)
+
+
+def _spectra(samples: np.ndarray, sr: int, fps: float) -> tuple[np.ndarray, np.ndarray]:
     bounds = frame_bounds(samples.size, sr, fps)
     n = bounds.size - 1
     length = max(8, int(round(sr / fps)))
@@ -205,6 +246,9 @@ def frame_spectra(samples: np.ndarray, sr: int, fps: float) -> tuple[np.ndarray,
         )
         out[b0 : b0 + starts.size] = np.abs(np.fft.rfft(seg, nfft, axis=1)) ** 2
     return out, freqs
+
+
+_frame_spectra = _LastOf(_spectra)
 
 
 def spectral_centroid(samples: np.ndarray, sr: int, fps: float) -> np.ndarray:

@@ -10,6 +10,7 @@ and whatever was at the final path is left untouched.
 from __future__ import annotations
 
 import os
+import time
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
@@ -17,13 +18,12 @@ from types import TracebackType
 import numpy as np
 
 from cachestore.atomic import temp_beside
+from pipeline.render.profiles import FILE_PROFILE, PROFILES, EncoderProfile, get_profile
 
 AUDIO_CHUNK = 4096  # input samples per resampler call when flushing the tail
-# x264 speed preset. On 2 cores at 1080x1920, veryfast costs ~41 ms of CPU per frame
-# and superfast ~26 ms (files ~2x larger at the same CRF): superfast is what keeps a
-# whole render (frame decode + warp + encode) faster than real time there.
-DEFAULT_PRESET = "superfast"
-DEFAULT_CRF = 18  # visually lossless for presenter video
+# The export profile's x264 settings (render/profiles.py), what a file gets by default.
+DEFAULT_PRESET = PROFILES[FILE_PROFILE].preset
+DEFAULT_CRF = PROFILES[FILE_PROFILE].crf
 
 
 def fps_fraction(fps: float | Fraction) -> Fraction:
@@ -50,7 +50,11 @@ class Mp4Writer:
 
     Odd sizes are cropped by one pixel to even (yuv420p needs even sizes). Audio up
     to the end of each written frame is encoded along with it; the rest of the audio
-    is flushed at close, so the file's duration is the audio's.
+    is flushed at close, so the file's duration is the audio's. `profile` names the
+    encoder settings (render/profiles.py: "export" unless told).
+
+    `timings` adds up, in seconds, the time this writer's calls spent in x264
+    ("encode") and in the audio encoder, the muxer and the sink ("mux").
     """
 
     def __init__(
@@ -61,11 +65,8 @@ class Mp4Writer:
         fps: float | Fraction,
         audio: np.ndarray | None = None,
         sample_rate: int = 16000,
-        crf: int = DEFAULT_CRF,
-        preset: str = DEFAULT_PRESET,
+        profile: str | EncoderProfile = FILE_PROFILE,
         audio_bitrate: int = 128_000,
-        tune: str | None = None,
-        keyint: int | None = None,
     ) -> None:
         self.path = Path(path)
         self.width, self.height = int(width), int(height)
@@ -74,11 +75,9 @@ class Mp4Writer:
         self.fps = fps_fraction(fps)
         self.audio = None if audio is None else np.asarray(audio, np.float32).reshape(-1)
         self.sample_rate = int(sample_rate)
-        self.crf, self.preset, self.audio_bitrate = crf, preset, audio_bitrate
-        # tune="zerolatency": no B-frames, lookahead or frame threads, so each frame's
-        # packet leaves the encoder as soon as the frame goes in (what a stream needs).
-        # keyint: a keyframe exactly every `keyint` frames (fragments start on one).
-        self.tune, self.keyint = tune, keyint
+        self.profile = get_profile(profile)
+        self.audio_bitrate = audio_bitrate
+        self.timings = {"encode": 0.0, "mux": 0.0}
         self.frames_written = 0
         self._container = None
         self._tmp: Path | None = None
@@ -122,12 +121,9 @@ class Mp4Writer:
         self._w, self._h = self.width - self.width % 2, self.height - self.height % 2
         v = self._container.add_stream("libx264", rate=self.fps)
         v.width, v.height, v.pix_fmt = self._w, self._h, "yuv420p"
-        options = {"preset": self.preset, "crf": str(self.crf)}
-        if self.tune:
-            options["tune"] = self.tune
-        if self.keyint:
-            options["x264-params"] = f"keyint={self.keyint}:min-keyint={self.keyint}:scenecut=0"
-        v.options = options
+        v.options = self.profile.x264_options(self.fps)
+        self._keyframes = self.profile.keyframes(self.fps)
+        self._next_key = next(self._keyframes)
         # Frames are converted with OpenCV's BT.601 limited-range matrix; say so, or
         # players guess BT.709 for HD and shift the colours.
         cc = v.codec_context
@@ -186,17 +182,28 @@ class Mp4Writer:
             )
         vf.pts = self.frames_written
         vf.time_base = 1 / self.fps
-        # libx264 makes a forced I an IDR (closed GOP); a shared frame shown again must
-        # not carry the last one's type
-        vf.pict_type = PictureType.I if self._keyframe(self.frames_written) else PictureType.NONE
-        self._container.mux(self._video.encode(vf))
+        # the profile places keyframes (libx264 makes a forced I an IDR, closed GOP); a
+        # shared frame shown again must not carry the last one's type
+        key = self.frames_written == self._next_key
+        if key:
+            self._next_key = next(self._keyframes)
+        vf.pict_type = PictureType.I if key else PictureType.NONE
+        t0 = time.perf_counter()
+        packets = self._video.encode(vf)
+        t1 = time.perf_counter()
+        self._mux_video(packets)
         self.frames_written += 1
         if self.audio is not None:
             self._write_audio(round(self.frames_written / self.fps * self.sample_rate))
+        self.timings["encode"] += t1 - t0
+        self.timings["mux"] += time.perf_counter() - t1
 
-    def _keyframe(self, t: int) -> bool:
-        """Whether frame t must be a keyframe (FragmentWriter: each fragment's first)."""
-        return False
+    def _mux_video(self, packets) -> None:
+        # Each frame lasts one frame: said on the packet, so a muxer that writes a
+        # packet before the next one arrives (a fragment per frame) need not guess it.
+        for packet in packets:
+            packet.duration = 1  # in the codec's time base, 1/fps
+        self._container.mux(packets)
 
     def _write_audio(self, end: int) -> None:
         import av
@@ -220,7 +227,10 @@ class Mp4Writer:
         try:
             if self.frames_written == 0:
                 raise ValueError(f"no frames were written to {self.path}; nothing to save")
-            self._container.mux(self._video.encode(None))
+            t0 = time.perf_counter()
+            packets = self._video.encode(None)
+            self.timings["encode"] += time.perf_counter() - t0
+            self._mux_video(packets)
             if self.audio is not None:
                 self._write_audio(self.audio.size)
                 for out in self._resampler.resample(None):

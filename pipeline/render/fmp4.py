@@ -4,8 +4,10 @@
 (`movflags=frag_keyframe+empty_moov+default_base_moof`) whose bytes go to a sink as
 whole boxes: first the init segment (`ftyp` + `moov`), then each fragment (`moof` +
 `mdat`) once it is complete. Every fragment starts on a keyframe the writer forces and
-lasts at most `fragment_seconds`; the first few are shorter (RAMP: 1, 2, 4, 8 frames),
-so the first leaves about three frames in, not fourteen. The muxer cuts a
+lasts at most its encoder profile's `fragment_seconds` (render/profiles.py: 0.5 s for
+preview, 2 s for export); the first few are shorter (RAMP: 1, 2, 4, 8 frames), so the
+first leaves about three frames in, not fourteen. A file of the same profile has its
+keyframes at the same frames (`Mp4Writer`), so it holds the same pictures. The muxer cuts a
 fragment when the next keyframe arrives (and the last one at close), so a fragment
 leaves one frame after its last frame was encoded.
 
@@ -18,44 +20,31 @@ playable MP4; Media Source Extensions take the segments one by one.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 
 from pipeline.render.encode import Mp4Writer
+from pipeline.render.profiles import (
+    PROFILES,
+    RAMP,
+    STREAM_PROFILE,
+    EncoderProfile,
+    fragment_starts,
+)
+from pipeline.render.profiles import fragment_frames as _fragment_frames
 
-# What a stream uses: superfast + zerolatency costs ~20 ms of CPU per 1080x1920 frame
-# here (superfast alone ~30 ms; bench/bench_stream.py), and sends each frame's packet
-# at once instead of after a lookahead.
-STREAM_PRESET = "superfast"
-STREAM_TUNE = "zerolatency"
-# zerolatency drops B-frames and macroblock-tree: at the whole file's CRF 18 the frames
-# come out ~0.5 dB further from the rendered ones; CRF 17 makes that up.
-STREAM_CRF = 17
-FRAGMENT_SECONDS = 0.5
+FRAGMENT_SECONDS = PROFILES[STREAM_PROFILE].fragment_seconds  # a preview's fragments
 MOVFLAGS = "+frag_keyframe+empty_moov+default_base_moof+skip_trailer"
 
 Sink = Callable[[str, bytes], None]  # (kind, data): kind "init" or "fragment"
-RAMP = (1, 2, 4, 8)  # frames in the first fragments: the first one leaves at once
-
-
-def fragment_starts(per: int, ramp: tuple[int, ...] = RAMP) -> Iterator[int]:
-    """First frame of each fragment: the ramp's (capped at `per`), then every `per`."""
-    t = 0
-    for n in ramp:
-        if n >= per:
-            break
-        yield t
-        t += n
-    while True:
-        yield t
-        t += per
+__all__ = ["RAMP", "BoxSplitter", "FragmentWriter", "fragment_frames", "fragment_starts"]
 
 
 def fragment_frames(fps: float | Fraction, seconds: float = FRAGMENT_SECONDS) -> int:
     """Frames per fragment: as many as fit in `seconds` (at least one)."""
-    return max(1, int(float(seconds) * float(fps) + 1e-9))
+    return _fragment_frames(fps, seconds)
 
 
 class BoxSplitter:
@@ -146,19 +135,10 @@ class FragmentWriter(Mp4Writer):
         fps: float | Fraction,
         audio: np.ndarray | None = None,
         sample_rate: int = 16000,
-        crf: int = STREAM_CRF,
-        preset: str = STREAM_PRESET,
-        tune: str | None = STREAM_TUNE,
-        fragment_seconds: float = FRAGMENT_SECONDS,
+        profile: str | EncoderProfile = STREAM_PROFILE,
         live_audio: bool = False,
         audio_bitrate: int = 128_000,
-        ramp: tuple[int, ...] = RAMP,
     ) -> None:
-        self.fragment_frames = fragment_frames(fps, fragment_seconds)
-        self._known_iter = fragment_starts(self.fragment_frames, ramp)
-        self._known = [next(self._known_iter)]  # fragment starts so far, for fragment_end
-        self._starts = fragment_starts(self.fragment_frames, ramp)
-        self.next_start = next(self._starts)  # first frame of the next fragment
         super().__init__(
             "fragmented.mp4",
             width,
@@ -166,12 +146,12 @@ class FragmentWriter(Mp4Writer):
             fps,
             audio=audio if audio is not None else (np.zeros(0, np.float32) if live_audio else None),
             sample_rate=sample_rate,
-            crf=crf,
-            preset=preset,
+            profile=profile,
             audio_bitrate=audio_bitrate,
-            tune=tune,
-            keyint=self.fragment_frames,
         )
+        self.fragment_frames = self.profile.fragment_frames(self.fps)
+        self._known_iter = self.profile.keyframes(self.fps)
+        self._known = [next(self._known_iter)]  # fragment starts so far, for fragment_end
         self.splitter = BoxSplitter(sink)
         self._audio_base = 0  # samples dropped from the front of self.audio (live)
         self.live_audio = live_audio
@@ -225,13 +205,6 @@ class FragmentWriter(Mp4Writer):
             for out in self._resampler.resample(af):
                 self._container.mux(self._audio_stream.encode(out))
             self._audio_pos = stop
-
-    def _keyframe(self, t: int) -> bool:
-        if t < self.next_start:
-            return False
-        while self.next_start <= t:
-            self.next_start = next(self._starts)
-        return True
 
     def fragment_end(self, t: int) -> int:
         """The frame after the fragment that frame t falls in."""

@@ -102,13 +102,15 @@ def live_render(
     batch_size: int | None = None,
     progress: Progress | None = None,
     max_seconds: float = MAX_SECONDS,
+    profile: str | None = None,
 ) -> LiveReport:
     """Render PCM `chunks` (an iterable that blocks until more arrives and ends with the
     input) into fragments handed to `sink` as soon as their audio is in.
 
     Three threads, as in render_video: stored frames are decoded ahead (their order is
     known before the audio is), this thread reads the input and renders, and one thread
-    encodes; the queues between them are small, so memory does not grow with the input."""
+    encodes; the queues between them are small, so memory does not grow with the input.
+    `profile`: the encoder profile (render/profiles.py; None: "preview")."""
     from pipeline.render.compose import compose
     from pipeline.render.fmp4 import FragmentWriter
     from pipeline.render.renderers import load_renderer
@@ -133,8 +135,16 @@ def live_render(
             emitted.append(time.perf_counter())
         sink(kind, data)
 
+    from pipeline.render.profiles import STREAM_PROFILE
+
     writer = FragmentWriter(
-        counted, assets.width, assets.height, out_fps, sample_rate=sr, live_audio=True
+        counted,
+        assets.width,
+        assets.height,
+        out_fps,
+        sample_rate=sr,
+        live_audio=True,
+        profile=profile or STREAM_PROFILE,
     )
     limit = int(max_seconds * out_fps) + 1
     pipe = _Pipeline(assets, schedule(limit, assets.n_frames, loop), writer)

@@ -17,7 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,6 +55,7 @@ def streaming_to(sink: FragmentSink) -> Iterator[None]:
 
 
 _DONE = object()  # end-of-stream marker on the queues
+FIRST_ALONE = 8  # the first frames go to the encoder one by one (the stream's first fragments)
 _POLL = 0.1  # s; how often a blocked thread looks whether it should stop
 
 
@@ -67,6 +68,12 @@ class RenderReport:
     audio_seconds: float
     wall_seconds: float
     first_frame_seconds: float  # from the call until the first frame reached the encoder
+    profile: str = "export"  # the encoder profile (render/profiles.py)
+    # seconds per stage, summed over the render's frames (`_run_pipeline`): read (stored
+    # frames read and decoded), mouth (the renderer's patches), compose (the rest of
+    # render/compose.py), encode (x264), mux (audio, muxer, sink); the stages run on
+    # three threads, so they add up to more than the wall time when they overlap
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def render_fps(self) -> float:
@@ -160,6 +167,7 @@ def render_video(
     batch_size: int | None = None,
     sink: FragmentSink | None = None,
     cache_bytes: int | None = None,
+    profile: str | None = None,
 ) -> RenderReport:
     """Render `assets` speaking `audio_path` into the MP4 `out_path`.
 
@@ -170,14 +178,19 @@ def render_video(
     AudioError for unreadable audio, ModelMissingError for missing weights. `vae`: the
     VAE that encoded the assets' latents (the recipe's); `device`, `batch_size`: see
     `load_renderer`; `cache_bytes`: decoded stored frames kept for reuse (default
-    pipeline.frames.CACHE_BYTES, 0: decode every output frame's).
+    pipeline.frames.CACHE_BYTES, 0: decode every output frame's); `profile`: the encoder
+    profile (render/profiles.py; None: "export" for a file, "preview" for a stream).
     """
     start = time.perf_counter()
     audio_path, out_path = Path(audio_path), Path(out_path)
 
     # 1. check inputs, before any decoding
     check_inputs(assets, audio_path, out_path, backend, loop, fps)
+    from pipeline.render.profiles import FILE_PROFILE, STREAM_PROFILE, get_profile
     from pipeline.render.renderers import load_renderer
+
+    sink = sink or _SINK.get()
+    encoder = get_profile(profile or (STREAM_PROFILE if sink is not None else FILE_PROFILE))
 
     renderer = load_renderer(backend, models_dir, device, vae=vae, batch_size=batch_size)
 
@@ -190,20 +203,31 @@ def render_video(
     out_fps = float(fps or renderer.fps or assets.fps)
     n_out = max(1, n_video_frames(seconds, out_fps))
     idxs = schedule(n_out, assets.n_frames, loop)
-    renderer.prepare(assets, audio, sr, n_out, out_fps)
+
+    def prepare() -> None:  # the whole clip's analysis, while the first frames decode
+        renderer.prepare(assets, audio, sr, n_out, out_fps)
 
     # 4-5. fetch -> render -> encode, overlapped; the writer muxes and closes
-    sink = sink or _SINK.get()
     if sink is not None:
-        writer = _streaming_writer(out_path, sink, assets, out_fps, audio, sr)
+        writer = _streaming_writer(out_path, sink, assets, out_fps, audio, sr, encoder)
     else:
         from pipeline.render.encode import Mp4Writer
 
         writer = Mp4Writer(
-            out_path, assets.width, assets.height, out_fps, audio=audio, sample_rate=sr
+            out_path,
+            assets.width,
+            assets.height,
+            out_fps,
+            audio=audio,
+            sample_rate=sr,
+            profile=encoder,
         )
+    timings: dict[str, float] = {}
     with writer:
-        first = _run_pipeline(assets, renderer, idxs, writer, progress, cache_bytes)
+        first = _run_pipeline(
+            assets, renderer, idxs, writer, progress, cache_bytes, timings, prepare
+        )
+    timings.update(writer.timings)
     wall = time.perf_counter() - start
     return RenderReport(
         out_path=out_path,
@@ -213,11 +237,13 @@ def render_video(
         audio_seconds=seconds,
         wall_seconds=wall,
         first_frame_seconds=(first - start) if first is not None else wall,
+        profile=encoder.name,
+        timings={k: round(v, 4) for k, v in timings.items()},
     )
 
 
 def _streaming_writer(
-    out_path: Path, sink: FragmentSink, assets: AvatarAssets, fps: float, audio, sr: int
+    out_path: Path, sink: FragmentSink, assets: AvatarAssets, fps: float, audio, sr: int, profile
 ):
     """A FragmentWriter whose segments go to `sink` and to `out_path` (appended and
     flushed as each is made, so a reader of the file sees whole segments appear)."""
@@ -241,7 +267,7 @@ def _streaming_writer(
             if tee.close():
                 out_path.unlink(missing_ok=True)
 
-    return _Tee(tee, assets.width, assets.height, fps, audio=audio, sample_rate=sr)
+    return _Tee(tee, assets.width, assets.height, fps, audio=audio, sample_rate=sr, profile=profile)
 
 
 class _FileTee:
@@ -303,13 +329,18 @@ def _run_pipeline(
     writer: Mp4Writer,
     progress: Progress | None,
     cache_bytes: int | None = None,
+    timings: dict[str, float] | None = None,
+    prepare: Callable[[], None] | None = None,
 ) -> float | None:
     """Run the three stages; returns when the first frame reached the encoder.
 
     Fetch decodes each stored frame to its I420 planes once per reuse
     (pipeline.frames.ScheduledFrames, `cache_bytes` of decoded frames kept); this thread
     makes the mouths and blends them into copies of those planes (render/compose.py);
-    the encode thread hands them to x264. FFmpeg's decoder and x264 release the GIL."""
+    the encode thread hands them to x264. FFmpeg's decoder and x264 release the GIL.
+    `timings` gets the seconds each stage took ("read", "mouth", "compose"). `prepare`
+    (the renderer's, on the whole audio) runs here once the fetch thread has started, so
+    the first stored frames decode on the other core meanwhile."""
     from pipeline.frames import CACHE_BYTES
     from pipeline.render.compose import compose
 
@@ -334,12 +365,20 @@ def _run_pipeline(
 
         return run
 
+    spent = {"read": 0.0, "compose": 0.0}
+    mouth = _MouthClock(renderer)
+
     def fetch() -> None:
         from pipeline.frames import ScheduledFrames, yuv_loader
 
-        for item in ScheduledFrames(yuv_loader(assets.load_frame), idxs, cache_bytes):
+        frames = iter(ScheduledFrames(yuv_loader(assets.load_frame), idxs, cache_bytes))
+        while True:
+            t0 = time.perf_counter()
+            item = next(frames, _DONE)
+            spent["read"] += time.perf_counter() - t0
             _put(fetched, item, stop)
-        _put(fetched, _DONE, stop)
+            if item is _DONE:
+                return
 
     def encode() -> None:
         while (frame := _get(rendered, stop)) is not _DONE:
@@ -355,12 +394,17 @@ def _run_pipeline(
         th.start()
     total, done = len(idxs), 0
     try:
+        if prepare is not None:
+            t0 = time.perf_counter()
+            prepare()
+            spent["prepare"] = time.perf_counter() - t0
         ended = False
         while not ended:
             items = []
-            # the first frame alone: it reaches the encoder (and the first fragment the
-            # client) without waiting for the rest of a batch to be made
-            while len(items) < (batch if done else 1):
+            # the first frames one at a time: each reaches the encoder (and the first
+            # fragments, RAMP's 1, 2, 4 frames, the client) without waiting for the rest of
+            # a batch to be made
+            while len(items) < (batch if done >= FIRST_ALONE else 1):
                 item = _get(fetched, stop)
                 if item is _DONE:
                     ended = True
@@ -368,7 +412,10 @@ def _run_pipeline(
                 items.append(item)
             if items:
                 ts, ii, frames, owned = (list(v) for v in zip(*items, strict=True))
-                for out in compose(renderer, ts, ii, frames, width, height, owned):
+                t0 = time.perf_counter()
+                made = compose(mouth.renderer, ts, ii, frames, width, height, owned)
+                spent["compose"] += time.perf_counter() - t0
+                for out in made:
                     _put(rendered, out, stop)
                 done += len(items)
                 if progress is not None:
@@ -385,6 +432,35 @@ def _run_pipeline(
             stop.set()
         for th in threads:
             th.join()
+        mouth.close()
     if errors:
         raise errors[0]
+    if timings is not None:
+        timings.update(read=spent["read"], mouth=mouth.seconds)
+        timings["prepare"] = spent.get("prepare", 0.0)
+        timings["compose"] = spent["compose"] - mouth.seconds
     return first[0] if first else None
+
+
+class _MouthClock:
+    """The renderer, with the time its mouth patches take counted (`seconds`), so a
+    render's report can split compose into the mouth and the rest."""
+
+    def __init__(self, renderer: Renderer) -> None:
+        self.seconds = 0.0
+        self.renderer = renderer
+        patches = getattr(renderer, "render_patches", None)
+        if patches is None:
+            return
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return patches(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - t0
+
+        renderer.render_patches = timed  # this render's renderer alone (an instance attr)
+
+    def close(self) -> None:
+        self.renderer.__dict__.pop("render_patches", None)

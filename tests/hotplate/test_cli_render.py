@@ -217,3 +217,24 @@ def test_musetalk_backend_end_to_end_through_the_cli(world, tmp_path):
         video = c.streams.video[0]
         assert (video.codec_context.width, video.codec_context.height) == SIZE
         assert sum(1 for _ in c.decode(video=0)) == 50  # 2 s at 25 fps
+
+
+def x264_options(path) -> bytes:
+    """The settings x264 wrote into the stream (its SEI user data: "options: ...")."""
+    data = path.read_bytes()
+    at = data.index(b"options: ")
+    return data[at : data.index(b"\x00", at)]
+
+
+def test_profile_chooses_the_encoder_and_an_unknown_one_is_one_line(world, tmp_path):
+    hotplate(world, *render_args(world, tmp_path / "export.mp4"), check=True)
+    got = hotplate(world, *render_args(world, tmp_path / "p.mp4", "--profile", "preview"))
+    assert got.returncode == 0, got.stderr
+    assert "preview profile" in got.stdout
+    export, preview = x264_options(tmp_path / "export.mp4"), x264_options(tmp_path / "p.mp4")
+    # export: superfast (CABAC, B-frames); preview: ultrafast + zerolatency (neither)
+    assert b"cabac=1" in export and b"bframes=3" in export, export
+    assert b"cabac=0" in preview and b"bframes=0" in preview, preview
+    bad = hotplate(world, *render_args(world, tmp_path / "x.mp4", "--profile", "fast"))
+    assert bad.returncode == 2 and "'fast' is not one of 'preview', 'export'" in bad.stderr
+    assert "Traceback" not in bad.stderr and not (tmp_path / "x.mp4").exists()

@@ -170,6 +170,7 @@ def job_of_last_live(server) -> dict:
         (json.dumps({**START, "format": "f32le"}), 1003, "'f32le' is not supported"),
         (json.dumps({**START, "sample_rate": 7}), 1003, "sample_rate 7"),
         (json.dumps({**START, "persona": "nobody"}), 1003, "nobody"),
+        (json.dumps({**START, "profile": "fast"}), 1003, "'fast' is not one of preview, export"),
     ],
 )
 def test_live_refuses_a_bad_start_message(server, world, first, code, words):
@@ -179,6 +180,18 @@ def test_live_refuses_a_bad_start_message(server, world, first, code, words):
         msg, got = error_of(ws)
     assert msg["type"] == "error" and words in msg["detail"], msg
     assert got == code
+    assert leftovers(world) == before
+
+
+@pytest.mark.parametrize("route", ["/v1/lip-sync/stream", "/v1/lip-sync"])
+def test_an_unknown_profile_is_a_422_naming_the_profiles(server, world, route):
+    before = leftovers(world)
+    with httpx.Client(base_url=server.url, timeout=60) as c, open(world / "eight.wav", "rb") as f:
+        form = {"persona": "astro", "attire": "studio", "profile": "fast"}
+        r = c.post(route, data=form, files={"audio": ("eight.wav", f, "audio/wav")})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert "'fast' is not one of preview, export" in detail and "\n" not in detail
     assert leftovers(world) == before
 
 

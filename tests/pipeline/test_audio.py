@@ -150,3 +150,19 @@ def test_envelope_rate_follows_fps():
     x = speech(2.0, 48000)
     assert loudness_envelope(x, 48000, 30).shape == (60,)
     assert loudness_envelope(x, 48000, 29.97).shape == (n_video_frames(2.0, 29.97),)
+
+
+def test_a_clips_spectra_and_rms_are_made_once_per_array_and_read_only():
+    from pipeline.render.audio import frame_rms, frame_spectra
+
+    clip = speech(2.0, 48000)
+    power, freqs = frame_spectra(clip, 48000, 25.0)
+    assert frame_spectra(clip, 48000, 25.0)[0] is power  # the drive's and the bank's ask
+    again = frame_spectra(clip.copy(), 48000, 25.0)[0]  # another array: made anew, equal
+    assert again is not power and np.array_equal(again, power)
+    assert frame_spectra(clip, 48000, 50.0)[0].shape[0] == 2 * power.shape[0]
+    rms = frame_rms(clip, 48000, 25.0)
+    assert frame_rms(clip, 48000, 25.0) is rms
+    assert not power.flags.writeable and not rms.flags.writeable and not freqs.flags.writeable
+    with pytest.raises(ValueError):
+        rms *= 2  # shared: nobody may change it

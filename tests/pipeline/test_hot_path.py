@@ -116,13 +116,23 @@ def test_whole_file_matches_todays_path_outside_the_mouth(made, cache_bytes):
     assert inside >= 35.0, inside  # the same mouth, blended in I420 instead of RGB
 
 
-def test_stream_is_valid_fmp4_and_matches_todays_path_outside_the_mouth(made):
+# outside the mouth, the encoder's own error: the export profile's as a file's; the
+# preview's (ultrafast, CRF 23) is ~43 dB at 1080x1920 on these frames
+PROFILE_DB = {"export": TOLERANCE_DB, "preview": 40.0}
+
+
+@pytest.mark.parametrize("profile", ["export", "preview"])
+def test_stream_is_valid_fmp4_and_matches_todays_path_outside_the_mouth(made, profile):
     root, store, old, new, _ = made
     want, idxs = todays_encoder_input(store, old, root / "speech.wav")
     segments: list[tuple[str, bytes]] = []
     assets = load_assets(store, new)
     render_video(
-        assets, root / "speech.wav", root / "new-s.mp4", sink=lambda k, b: segments.append((k, b))
+        assets,
+        root / "speech.wav",
+        root / "new-s.mp4",
+        sink=lambda k, b: segments.append((k, b)),
+        profile=profile,
     )
     kinds = [k for k, _ in segments]
     assert kinds[0] == "init" and set(kinds[1:]) == {"fragment"} and len(kinds) > 2
@@ -136,7 +146,7 @@ def test_stream_is_valid_fmp4_and_matches_todays_path_outside_the_mouth(made):
     got = decoded(data)
     assert len(got) == len(want)
     outside, inside = compare(got, want, idxs, assets)
-    assert outside >= TOLERANCE_DB, outside
+    assert outside >= PROFILE_DB[profile], outside
     assert inside >= 35.0, inside
 
 

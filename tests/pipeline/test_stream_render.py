@@ -66,37 +66,42 @@ def test_fragment_writer_sends_init_then_keyframe_fragments():
     assert abs(facts["audio_seconds"] - 2.0) < 0.05
 
 
-def test_render_video_with_a_sink_streams_the_same_video(tmp_path):
+@pytest.mark.parametrize("profile", ["preview", "export"])
+def test_a_stream_holds_the_same_pictures_as_a_file_of_its_profile(tmp_path, profile):
+    # The stream and the file of one encoder profile: the same x264 settings and
+    # keyframes, so the decoded pictures are equal byte for byte; only the container
+    # differs (fragmented or not).
     assets = build_assets(6)
     wav = write_wav(tmp_path / "a.wav", speech(3.0, 16000), 16000)
     segs = []
-    rep = render_video(assets, wav, tmp_path / "s.mp4", sink=lambda k, b: segs.append(b))
+    rep = render_video(
+        assets, wav, tmp_path / "s.mp4", sink=lambda k, b: segs.append(b), profile=profile
+    )
     assert (tmp_path / "s.mp4").read_bytes() == b"".join(segs)  # the file is the stream
-    whole = render_video(assets, wav, tmp_path / "w.mp4")
+    whole = render_video(assets, wav, tmp_path / "w.mp4", profile=profile)
+    assert rep.profile == whole.profile == profile
     assert rep.frames == whole.frames == n_video_frames(3.0, FPS)
-    a = video_facts(b"".join(segs))["frames"]
-    b = video_facts((tmp_path / "w.mp4").read_bytes())["frames"]
-    assert len(a) == len(b) == rep.frames
-    # Quality outside the mouth: the streamed frames are as close to the rendered frames
-    # as today's whole-file render's are. (Against each other, two encodes differ by
-    # their own errors: at 1080x1920 bench_stream.py measures >= 40 dB between them; at
-    # this small size both are ~36 dB from the rendered frames.)
-    from pipeline.render.audio import load_audio
-    from pipeline.render.renderers.warp import WarpRenderer
+    streamed = video_facts(b"".join(segs))
+    filed = video_facts((tmp_path / "w.mp4").read_bytes())
+    assert len(streamed["frames"]) == len(filed["frames"]) == rep.frames
+    assert streamed["keys"] == filed["keys"]
+    for t, (fa, fb) in enumerate(zip(streamed["frames"], filed["frames"], strict=True)):
+        assert np.array_equal(fa, fb), f"frame {t} differs between the stream and the file"
 
-    r = WarpRenderer()
-    r.prepare(assets, load_audio(wav, r.sample_rate), r.sample_rate, rep.frames, FPS)
-    idxs = schedule(rep.frames, assets.n_frames).tolist()
-    ps, pw = [], []
-    for t, (fa, fb, i) in enumerate(zip(a, b, idxs, strict=True)):
-        raw = r.render(t, i, assets.load_frame(i))
-        keep = np.ones(raw.shape[:2], bool)
-        x1, y1, x2, y2 = (max(int(v), 0) for v in assets.mask_boxes[i])
-        keep[y1:y2, x1:x2] = False
-        ps.append(psnr(fa[keep], raw[keep]))
-        pw.append(psnr(fb[keep], raw[keep]))
-    assert np.mean(ps) >= np.mean(pw) - 0.5, (np.mean(ps), np.mean(pw))
-    assert min(ps) >= min(pw) - 1.0, (min(ps), min(pw))
+
+def test_streams_default_to_preview_and_files_to_export_within_34_db(tmp_path):
+    assets = build_assets(6)
+    wav = write_wav(tmp_path / "a.wav", speech(3.0, 16000), 16000)
+    rep = render_video(assets, wav, tmp_path / "s.mp4", sink=lambda k, b: None)
+    whole = render_video(assets, wav, tmp_path / "w.mp4")
+    assert (rep.profile, whole.profile) == ("preview", "export")
+    a = video_facts((tmp_path / "s.mp4").read_bytes())["frames"]
+    b = video_facts((tmp_path / "w.mp4").read_bytes())["frames"]
+    # the preview's pictures stay within 34 dB of the export's (issue 32's bound; the
+    # bench measures it at 1080x1920, where both are closer still)
+    ps = [psnr(fa, fb.astype(np.float32)) for fa, fb in zip(a, b, strict=True)]
+    assert min(ps) >= 34.0, (min(ps), np.mean(ps))
+    assert rep.timings.keys() >= {"read", "mouth", "compose", "encode", "mux"}
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:

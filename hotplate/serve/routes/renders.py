@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Form
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
-from hotplate.serve.deps import Caller, RenderForm, Svc, render_form
+from hotplate.serve.deps import Caller, RenderForm, Svc, check_profile, render_form
 from hotplate.serve.guard import Client
 from hotplate.serve.problems import Problem, public_text
 from hotplate.serve.records import FINISHED, Job, remove, snapshot
@@ -29,8 +29,11 @@ def public(job: Job) -> dict:
 
 async def submit_render(svc: Any, form: RenderForm, caller: Client, kind: str = "render") -> Job:
     """Check and queue a render-like job ("render", or "stream": routes/stream.py)."""
+    from pipeline.render.profiles import FILE_PROFILE, STREAM_PROFILE
+
     audio, motion = form.audio, form.motion or None
     backend = form.backend or svc.config.settings.renderer
+    profile = check_profile(form.profile, STREAM_PROFILE if kind == "stream" else FILE_PROFILE)
     job = await asyncio.to_thread(svc.new_job, kind, form.persona, form.attire, motion, backend)
     job.owner = caller.id
     data = svc.config.data
@@ -50,6 +53,7 @@ async def submit_render(svc: Any, form: RenderForm, caller: Client, kind: str = 
         "audio": path,
         "output": Path(job.video),
         "backend": backend,
+        "profile": profile,
     }
     try:
         return svc.queue.submit(job, request_fields, svc.recipe_for_backend(backend))

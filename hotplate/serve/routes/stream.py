@@ -3,7 +3,8 @@
 Both run as jobs on the render workers (kinds "stream" and "live", see stream_jobs.py)
 and send the job's fragmented MP4 segment by segment as the worker appends them.
 
-`POST /v1/lip-sync/stream` takes the form `/v1/lip-sync` takes. Every check that
+`POST /v1/lip-sync/stream` takes the form `/v1/lip-sync` takes (its `profile` is
+preview unless told). Every check that
 costs no work (token, Origin and Host in the guard; names, audio) answers with a problem as usual; then the response
 starts at once, 200 `video/mp4` with chunked transfer and the headers `X-Hotplate-Job`
 and `X-Hotplate-Events` (the job's SSE URL). JIT progress on a miss is that SSE channel:
@@ -15,7 +16,7 @@ leaves a segment unsent for SEND_TIMEOUT seconds (it is dropped): segments are r
 the job's file one at a time, as the client takes them.
 
 `WS /v1/live`: first message, text JSON {"persona", "attire", "motion"?, "backend"?,
-"sample_rate", "channels", "format": "s16le"}; then binary PCM chunks of any size; then
+"profile"? (preview unless told), "sample_rate", "channels", "format": "s16le"}; then binary PCM chunks of any size; then
 text {"type": "end"}. The server sends the init segment and fragments as binary
 messages as soon as they are made, then text {"type": "done", ...timings} or
 {"type": "error", "detail"} and closes. Limits: the upload limit in PCM bytes and the
@@ -42,12 +43,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 
-from hotplate.serve.deps import Caller, RenderForm, Svc, render_form
+from hotplate.serve.deps import Caller, RenderForm, Svc, check_profile, render_form
 from hotplate.serve.guard import LOCAL
 from hotplate.serve.problems import Problem
 from hotplate.serve.records import FINISHED, Job, remove, snapshot
 from hotplate.serve.routes.renders import submit_render
 from hotplate.serve.stream_jobs import PART, SegmentReader, fragment_samples
+from pipeline.render.profiles import STREAM_PROFILE
 
 Service = Any  # app.py's Service (deps.py says why it is not imported)
 router = APIRouter(tags=["renders"])
@@ -212,9 +214,13 @@ def _start_fields(msg: dict) -> dict:
         )
     if not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
         raise LiveError(UNSUPPORTED, f"channels {channels!r} must be 1 to {MAX_CHANNELS}")
-    for key in ("motion", "backend"):
+    for key in ("motion", "backend", "profile"):
         if start.get(key) is not None and not isinstance(start[key], str):
             raise LiveError(UNSUPPORTED, f"{key!r} must be a name")
+    try:
+        start["profile"] = check_profile(start.get("profile"), STREAM_PROFILE)
+    except Problem as exc:
+        raise LiveError(UNSUPPORTED, exc.detail) from None
     return start
 
 
@@ -256,6 +262,7 @@ async def live(ws: WebSocket) -> None:
             "attire": new.attire,
             "motion": new.motion,
             "backend": backend,
+            "profile": start["profile"],
             "pcm": str(part),
             "sample_rate": start["sample_rate"],
             "channels": start["channels"] if "channels" in start else 1,
