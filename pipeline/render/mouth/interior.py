@@ -38,7 +38,7 @@ CAVITY = 0.2  # the darkest of the cavity, x skin
 CAVITY_LIFT = 0.14  # ... lighter by up to this, low in the middle
 TONGUE = (0.5, 0.78)  # tongue's luma x lips: its sides ... its lit crest
 TONGUE_RED = 1.35  # the tongue's chroma x the lips' (redder, wetter)
-TEETH = 1.4  # unlit teeth x skin luma (they sit in the mouth's shade) ...
+TEETH = 1.5  # unlit teeth x skin luma (they sit in the mouth's shade) ...
 TEETH_MAX = 240.0  # ... at most this
 TEETH_TINT = 0.3  # share of the skin's tint in the teeth's colour
 WALL = 0.62  # the lips' wet inner edge: lips x this
@@ -172,7 +172,7 @@ def paint(
         edge, gaps = _tooth_edges(arch)
         low_a = smooth_step((band - edge * 0.1 * band - below) / 1.2 + 0.5)
         low_a *= smooth_step((0.45 - np.abs(u)) / 0.2) * l_on
-        shade = (0.78 - 0.45 * uu - 0.06 * gaps)[..., None]
+        shade = (0.85 - 0.45 * uu - 0.06 * gaps)[..., None]
         _mix(colour, style.teeth[None, None, :] * shade, low_a)
     # 4. the upper teeth under the upper lip
     if not style.source_teeth:
@@ -184,9 +184,11 @@ def paint(
         edge, gaps = _tooth_edges(arch)
         depth = v * px  # px below the upper lip
         up_a = smooth_step((band - edge * 0.06 * band - depth) / max(1.2, 0.015 * scale) + 0.5)
-        up_a *= smooth_step((0.98 - np.abs(u)) / 0.3) * smooth_step((px - 2.0) / 4.0)
-        # lit in the middle, into shadow at the corners and at the roots under the lip
-        shade = 1.0 - 0.4 * uu - 0.06 * gaps - 0.06 * smooth_step(1.0 - depth / (0.4 * band))
+        up_a *= smooth_step((1.0 - np.abs(u)) / 0.2) * smooth_step((px - 2.0) / 4.0)
+        # lit in the middle, into shadow at the corners and at the roots under the lip,
+        # each tooth rounded (darker towards its neighbours) rather than outlined
+        roots = smooth_step(1.0 - depth / (0.4 * band))
+        shade = 1.0 - 0.3 * uu - 0.08 * edge - 0.04 * gaps - 0.06 * roots
         _mix(colour, style.teeth[None, None, :] * shade[..., None], up_a)
     # 5. the lips' wet inner edges, soft: darkened lip fading into the mouth
     wall_px = max(WALL_PX * scale, 1.0)

@@ -496,12 +496,11 @@ def _mouth_interior(
         return x * x * (3.0 - 2.0 * x)
 
     # Soft on all sides; the across taper keeps the corners from showing a hard tip.
-    # The lower edge reaches half its width into the lower lip, and without stored teeth
-    # the upper one into the upper lip: the lip's own inner rim (a dark line in most
-    # stored frames, a px or two past the landmarks' line) is shaded over, not left as a cut.
-    top_edge, top_reach = (edge, 0.0) if style.source_teeth else (low_edge, 0.5 * w * low_edge)
-    alpha = soft(pb - gap_top + top_reach, top_edge)
-    alpha *= soft(gap_bottom - pb + 0.5 * w * low_edge, low_edge)
+    # The lower edge reaches half its width into the lower lip: the lip's own inner rim
+    # (a dark line in most stored frames, a px or two past the landmarks' line) is
+    # shaded over, not left as a cut. (The upper edge reaching into the upper lip too
+    # cost the referee's lip gap r 0.54 against the speech on luispedro, 0.66 without.)
+    alpha = soft(pb - gap_top, edge) * soft(gap_bottom - pb + 0.5 * w * low_edge, low_edge)
     alpha *= np.clip(height / edge, 0.0, 1.0)
     # gap coordinates: u across from corner (-1) to corner (+1), v down the gap (0 to 1)
     centre, half = (nu_a[0] + nu_a[-1]) / 2, max((nu_a[-1] - nu_a[0]) / 2, 1.0)
