@@ -18,8 +18,14 @@ points, testkit/referee.py), never by the project's own landmarks.
    its own bank with its own audio: r of the referee's gap against the clip's; the
    procedural mouth on the same clip as the baseline; a sheet of both.
 4. Speed: hot, streamed, 1080x1920, a LOOP-frame loop, 20 s of speech, with the bank in
-   use, against the old renderer and the procedural mouth; and the bank's precompile of
-   a 30 s clip against the loop's own precompile.
+   use, against the old renderer and the procedural mouth; the mouth alone per frame,
+   also against the interior before issue 31 (INTERIOR_BASELINE); and the bank's
+   precompile of a 30 s clip against the loop's own precompile.
+5. The interior sheet (`--sheet`, docs/mouth_sheet.png; `--sheet-only` writes it
+   alone): real talking clips (`--footage`, testkit/footage/, their own sound), each
+   one's held-out frames beside the same presenter's still rendered with the bank of
+   the clip's first 60 % and without a bank; then the test faces' stills at three
+   openings of the procedural mouth. Every crop 2x, a mouth CELL_MOUTH px wide at 1x.
 
 The machine's load is printed with each speed figure (the shared machine is contended).
 """
@@ -53,7 +59,10 @@ def add_arguments(ap) -> None:
     ap.add_argument("--sheets", type=Path, default=ROOT / "bench" / "out" / "mouth")
     ap.add_argument("--clip-seconds", type=float, default=30.0, help="bank precompile clip")
     ap.add_argument(
-        "--sheet", type=Path, default=ROOT / "docs" / "mouth_sheet.png", help="interior sheet"
+        "--sheet",
+        type=Path,
+        default=None,
+        help="the interior sheet (default docs/mouth_sheet.png; under --quick, in --sheets)",
     )
     ap.add_argument(
         "--footage",
@@ -585,8 +594,13 @@ def interior_sheet(bench: Bench, faces, fx) -> None:
             pending = row
     if pending:
         rows.append(pending)
-    grid(bench.args.sheet, rows)
-    print(f"interior sheet: {bench.args.sheet}")
+    path = bench.args.sheet or (
+        bench.args.sheets / "interior_quick.png"
+        if bench.quick
+        else ROOT / "docs" / "mouth_sheet.png"
+    )  # a quick run's sheet never replaces the manual's
+    grid(path, rows)
+    print(f"interior sheet: {path}")
 
 
 def main(bench: Bench) -> None:
