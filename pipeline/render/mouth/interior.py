@@ -143,6 +143,7 @@ def paint(
     below = (1.0 - v) * px  # px above the lower lip
     uu = u * u
     middle = 1.0 - uu  # 1 in the middle, 0 at the corners
+    angle = np.arcsin(np.clip(u, -0.99, 0.99))  # along the teeth's arch (u is its sine)
     # 1. the cavity: darkest at the corners and under the top, lifted low in the middle
     dark = tone(tint(lips, 1.2), CAVITY * skin_l)
     lift = (CAVITY_LIFT / CAVITY) * middle * smooth_step(v * 1.6 - 0.4)
@@ -168,7 +169,7 @@ def paint(
     l_on = smooth_step((opened - LOWER_FROM[0]) / LOWER_FROM[1])
     if float(l_on.max(initial=0.0)) > 0.0:
         band = np.minimum(LOWER_TEETH * scale, LOWER_SHARE * px) * (1.0 - 0.5 * uu)
-        arch = np.arcsin(np.clip(u, -0.99, 0.99)) / (0.8 * TOOTH)  # smaller teeth
+        arch = angle / (0.8 * TOOTH)  # smaller teeth
         edge, gaps = _tooth_edges(arch)
         low_a = smooth_step((band - edge * 0.1 * band - below) / 1.2 + 0.5)
         low_a *= smooth_step((0.45 - np.abs(u)) / 0.2) * l_on
@@ -180,7 +181,7 @@ def paint(
         # darken the rest), so the dark does not ring them
         share = UPPER_SHARE + (0.62 - UPPER_SHARE) * uu
         band = np.minimum(UPPER_TEETH * scale * (1.0 - 0.35 * uu), share * px)
-        arch = np.arcsin(np.clip(u, -0.99, 0.99)) / TOOTH
+        arch = angle / TOOTH
         edge, gaps = _tooth_edges(arch)
         depth = v * px  # px below the upper lip
         up_a = smooth_step((band - edge * 0.06 * band - depth) / max(1.2, 0.015 * scale) + 0.5)
