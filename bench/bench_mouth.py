@@ -18,8 +18,14 @@ points, testkit/referee.py), never by the project's own landmarks.
    its own bank with its own audio: r of the referee's gap against the clip's; the
    procedural mouth on the same clip as the baseline; a sheet of both.
 4. Speed: hot, streamed, 1080x1920, a LOOP-frame loop, 20 s of speech, with the bank in
-   use, against the old renderer and the procedural mouth; and the bank's precompile of
-   a 30 s clip against the loop's own precompile.
+   use, against the old renderer and the procedural mouth; the mouth alone per frame,
+   also against the interior before issue 31 (INTERIOR_BASELINE); and the bank's
+   precompile of a 30 s clip against the loop's own precompile.
+5. The interior sheet (`--sheet`, docs/mouth_sheet.png; `--sheet-only` writes it
+   alone): real talking clips (`--footage`, testkit/footage/, their own sound), each
+   one's held-out frames beside the same presenter's still rendered with the bank of
+   the clip's first 60 % and without a bank; then the test faces' stills at three
+   openings of the procedural mouth. Every crop 2x, a mouth CELL_MOUTH px wide at 1x.
 
 The machine's load is printed with each speed figure (the shared machine is contended).
 """
@@ -41,15 +47,30 @@ from cachestore.store import forget_store, open_store
 from pipeline.precompile.recipe import Recipe
 
 BASELINE = "a9ed232"  # main before issue 23: the flat-fill warp renderer
+INTERIOR_BASELINE = "ffe3c67"  # main before issue 31's interior (item 4)
 OLD_LANDMARKS = "retinaface"  # what it ran on
 SR = 48000
 FPS = 25.0
 LOOP = 250  # frames of the speed loop (always stated)
+ROUNDS = 3  # turns each renderer's mouth cost is timed in
 
 
 def add_arguments(ap) -> None:
     ap.add_argument("--sheets", type=Path, default=ROOT / "bench" / "out" / "mouth")
     ap.add_argument("--clip-seconds", type=float, default=30.0, help="bank precompile clip")
+    ap.add_argument(
+        "--sheet",
+        type=Path,
+        default=None,
+        help="the interior sheet (default docs/mouth_sheet.png; under --quick, in --sheets)",
+    )
+    ap.add_argument(
+        "--footage",
+        type=Path,
+        default=ROOT / "testkit" / "footage",
+        help="real talking clips (NAME.mp4 with their own sound) for the sheet's bank rows",
+    )
+    ap.add_argument("--sheet-only", action="store_true", help="only write the interior sheet")
 
 
 def load(bench: Bench) -> float:
@@ -72,6 +93,36 @@ def old_renderer(bench: Bench):
     sys.modules[module.__name__] = module
     exec(compile(src, f"{BASELINE}:warp.py", "exec"), module.__dict__)
     return module.WarpRenderer
+
+
+def old_interior_renderer(bench: Bench):
+    """Today's warp renderer with the interior of INTERIOR_BASELINE (interior.py and the
+    compositing in warp.py read from git): the per-frame cost before issue 31's item 4."""
+    files = {}
+    for path in ("pipeline/render/mouth/interior.py", "pipeline/render/renderers/warp.py"):
+        try:
+            files[path] = subprocess.run(
+                ["git", "-C", str(ROOT), "show", f"{INTERIOR_BASELINE}:{path}"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        except (OSError, subprocess.CalledProcessError):
+            bench.missing(f"the interior baseline: git and commit {INTERIOR_BASELINE}")
+    interior = types.ModuleType("interior_before_issue31")
+    sys.modules[interior.__name__] = interior  # its dataclass looks itself up there
+    exec(
+        compile(files["pipeline/render/mouth/interior.py"], "interior@base", "exec"),
+        interior.__dict__,
+    )
+    warp = types.ModuleType("warp_before_issue31")
+    sys.modules[warp.__name__] = warp
+    warp.__dict__.update(Style=interior.Style, paint=interior.paint)
+    src = files["pipeline/render/renderers/warp.py"].replace(
+        "from pipeline.render.mouth.interior import Style, paint\n", ""
+    )
+    exec(compile(src, "warp@base", "exec"), warp.__dict__)
+    return warp.WarpRenderer
 
 
 def crop_box(points: np.ndarray, shape) -> tuple[int, int, int, int]:
@@ -347,26 +398,34 @@ def speed(bench: Bench, fx, Old, work: Path) -> None:
 
 def mouth_cost(bench: Bench, assets, Old, wav: Path, frames: int) -> None:
     """The mouth alone, per 1080x1920 frame: CPU time of this thread (so other jobs on
-    the machine count less than in wall time), the stored frames decoded before."""
+    the machine count less than in wall time), the stored frames decoded before; each
+    renderer timed ROUNDS times in turn, its least kept (the least disturbed by others)."""
     from pipeline.render.audio import load_audio
     from pipeline.render.renderers.warp import WarpRenderer
 
     audio = load_audio(wav, SR)
     n = min(frames, 60)
     stored = [assets.load_frame(i) for i in range(n)]
-    cost = {}
-    for label, renderer, run_assets in (
-        ("bank", WarpRenderer(), assets),
-        ("procedural", WarpRenderer(), _without_bank(assets)),
-        ("old", Old(), _without_bank(assets)),
-    ):
+    renderers = {
+        "bank": (WarpRenderer(), assets),
+        "procedural": (WarpRenderer(), _without_bank(assets)),
+        "interior before": (old_interior_renderer(bench)(), _without_bank(assets)),
+        "old": (Old(), _without_bank(assets)),
+    }
+    cost: dict[str, float] = {}
+    for renderer, run_assets in renderers.values():
         renderer.prepare(run_assets, audio, SR, n, FPS)
-        start = time.thread_time()
-        for t in range(n):  # what the render loop gets: a frame it may write into
-            renderer.render(
-                t, t, stored[t].copy(), inplace=True
-            ) if label != "old" else renderer.render(t, t, stored[t])
-        cost[label] = (time.thread_time() - start) / n * 1000
+    for _ in range(ROUNDS):
+        for label, (renderer, _) in renderers.items():
+            start = time.thread_time()
+            for t in range(n):  # what the render loop gets: a frame it may write into
+                if label == "old":
+                    renderer.render(t, t, stored[t])
+                else:
+                    renderer.render(t, t, stored[t].copy(), inplace=True)
+            ms = (time.thread_time() - start) / n * 1000
+            cost[label] = min(cost.get(label, ms), ms)
+    inputs = {"frames": n, "loop_frames": frames, "load": round(load(bench), 1)}
     for label in ("bank", "procedural"):
         bench.figure(
             f"mouth per 1080x1920 frame, {label}",
@@ -375,14 +434,173 @@ def mouth_cost(bench: Bench, assets, Old, wav: Path, frames: int) -> None:
             baseline="the old warp renderer (returns a whole-frame copy)",
             baseline_value=cost["old"],
             better="lower",
-            inputs={"frames": n, "loop_frames": frames, "load": round(load(bench), 1)},
+            inputs=inputs,
         )
+    bench.figure(
+        "mouth per 1080x1920 frame, procedural interior",
+        cost["procedural"],
+        "ms CPU",
+        baseline=f"the interior before issue 31 ({INTERIOR_BASELINE})",
+        baseline_value=cost["interior before"],
+        better="lower",
+        inputs=inputs,
+    )
 
 
 def _without_bank(assets):
     import dataclasses
 
     return dataclasses.replace(assets, bank=None)
+
+
+# -- the interior sheet: stills with and without a bank, beside real open mouths -------
+
+CELL = (1.7, 1.15)  # a crop's width and height in mouth widths, about the lips' centre
+CELL_MOUTH = 80  # px a mouth is wide in a crop at 1x (the test faces' and clips' size)
+OPENINGS = (0.35, 0.65, 1.0)  # the procedural mouth's openness on each test face
+SHEET_FACES = ("astronaut", "grace_hopper", "luispedro", "takeo", "breakingbad_jesse")
+SHEET_CLIPS = ("ocasio_cortez", "markey", "radio2")
+HELD_OUT = 0.6  # a clip's first 60 % makes the bank; a frame after it is the still
+
+
+def mouth_cell(image: np.ndarray, points: np.ndarray, label: str) -> np.ndarray:
+    """The mouth of `image` about the referee's `points`, scaled so the mouth is
+    CELL_MOUTH px wide, shown at 2x (nearest), labelled."""
+    import cv2
+
+    w = float(np.linalg.norm(points[54] - points[48]))
+    c = points[48:68].mean(0)
+    k = CELL_MOUTH / w
+    size = (int(CELL[0] * CELL_MOUTH), int(CELL[1] * CELL_MOUTH))
+    m = np.array([[k, 0, size[0] / 2 - k * c[0]], [0, k, size[1] * 0.45 - k * c[1]]])
+    cell = cv2.warpAffine(image, m, size, flags=cv2.INTER_AREA, borderMode=cv2.BORDER_REPLICATE)
+    cell = cv2.resize(cell, None, fx=2, fy=2, interpolation=cv2.INTER_NEAREST)
+    for colour, thick in (((0, 0, 0), 3), ((255, 255, 255), 1)):
+        cv2.putText(cell, label, (6, 18), cv2.FONT_HERSHEY_SIMPLEX, 0.5, colour, thick)
+    return cell
+
+
+def grid(path: Path, rows: list[list[np.ndarray]]) -> None:
+    """Rows of cells, padded to the widest row with grey, as PNG."""
+    import cv2
+
+    cols = max(len(r) for r in rows)
+    blank = np.full_like(rows[0][0], 64)
+    img = np.concatenate([np.concatenate(r + [blank] * (cols - len(r)), 1) for r in rows], 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), cv2.cvtColor(img, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, 9])
+
+
+def footage_clip(bench: Bench, name: str):
+    """(frames, fps, audio at the bank's rate) of a real talking clip in --footage."""
+    import av
+
+    from pipeline.mouth.bank import FEATURE_RATE
+    from pipeline.render.audio import load_audio
+
+    path = bench.args.footage / f"{name}.mp4"
+    if not path.is_file():
+        return None
+    with av.open(str(path)) as c:
+        fps = float(c.streams.video[0].average_rate)
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+    return frames, fps, load_audio(path, FEATURE_RATE)
+
+
+def clip_bank(fx, frames: list[np.ndarray], audio: np.ndarray, fps: float, key: str):
+    """The mouth bank of `frames` and their own `audio`, built as the bank stage builds
+    it (the face mesh's points on each frame, RetinaFace's box)."""
+    from pipeline.mouth.bank import MouthBank, build_bank
+    from pipeline.nets.landmarks import load_landmarker
+
+    mesh = load_landmarker("facemesh", None)
+    lms = np.stack([np.asarray(mesh.predict(f, fx.detect_box(f)), np.float32) for f in frames])
+    built = build_bank(len(frames), iter(frames), lms, audio, fps)
+    return MouthBank.from_arrays(key, built.arrays, built.meta)
+
+
+def interior_sheet(bench: Bench, faces, fx) -> None:
+    """docs/mouth_sheet.png: a real clip's held-out frames beside the same presenter's
+    still rendered with the bank of the clip's first 60 % and without one (the
+    procedural mouth), at the clip's own audio; then the test faces' stills at three
+    openings of the procedural mouth; each crop 2x."""
+    import dataclasses
+
+    from pipeline.mouth.bank import FEATURE_RATE
+    from pipeline.render.renderers.warp import WarpRenderer
+    from testkit.referee import referee_points
+    from testkit.render_fixtures import speech
+
+    rows: list[list[np.ndarray]] = []
+    clips = SHEET_CLIPS[:1] if bench.quick else SHEET_CLIPS
+    for name in clips:
+        got = footage_clip(bench, name)
+        if got is None:
+            print(f"sheet: no clip {name} in {bench.args.footage} (its row is left out)")
+            continue
+        frames, fps, audio = got
+        cut = int(HELD_OUT * len(frames))
+        bank = clip_bank(fx, frames[:cut], audio[: int(cut / fps * FEATURE_RATE)], fps, name)
+        rest = frames[cut:]
+        truth = [referee_points(f) for f in rest]
+        gaps = np.array([fx.lip_gap(p) if p is not None else np.nan for p in truth])
+        k = int(np.nanargmin(gaps))  # the still: the held-out frame with the mouth most shut
+        still = rest[k]
+        still.flags.writeable = False
+        assets = fx.still_assets(still)
+        assets.bank = bank
+        held = audio[int(cut / fps * FEATURE_RATE) :]
+        made = {}
+        for label, run in (
+            ("bank", assets),
+            ("procedural", dataclasses.replace(assets, bank=None)),
+        ):
+            r = WarpRenderer()
+            r.prepare(run, held, FEATURE_RATE, len(rest), fps)
+            made[label] = r
+        # the moments the true mouth is most open, a few frames apart
+        order = [int(t) for t in np.argsort(-np.nan_to_num(gaps, nan=-1.0))]
+        picks: list[int] = []
+        for t in order:
+            if all(abs(t - p) > 6 for p in picks):
+                picks.append(t)
+            if len(picks) == 2:
+                break
+        pts = truth[k]
+        row = [mouth_cell(still, pts, f"{name} still")]
+        for t in sorted(picks):
+            row += [
+                mouth_cell(rest[t], truth[t], f"true t={t}"),
+                mouth_cell(made["bank"].render(t, 0, still), pts, "bank"),
+                mouth_cell(made["procedural"].render(t, 0, still), pts, "no bank"),
+            ]
+        rows.append(row)
+    audio = speech(3.0, SR, seed=3)
+    pending: list[np.ndarray] = []  # two test faces to a row
+    for name in SHEET_FACES[:2] if bench.quick else SHEET_FACES:
+        s = faces.samples((name,), ("upright",))[0]
+        assets = fx.still_assets(s.image, "facemesh", fx.detect_box(s.image, s.truth.mean(0)))
+        r = WarpRenderer()
+        r.prepare(assets, audio, SR, 75, FPS)
+        opening = r.openness()
+        row = [mouth_cell(s.image, s.truth, f"{name} still")]
+        for o in OPENINGS:
+            t = int(np.argmin(np.abs(opening - o)))
+            row.append(mouth_cell(r.render(t, 0, s.image), s.truth, f"open {opening[t]:.2f}"))
+        if pending:
+            rows.append(pending + row)
+            pending = []
+        else:
+            pending = row
+    if pending:
+        rows.append(pending)
+    path = bench.args.sheet or (
+        bench.args.sheets / "interior_quick.png"
+        if bench.quick
+        else ROOT / "docs" / "mouth_sheet.png"
+    )  # a quick run's sheet never replaces the manual's
+    grid(path, rows)
+    print(f"interior sheet: {path}")
 
 
 def main(bench: Bench) -> None:
@@ -400,6 +618,9 @@ def main(bench: Bench) -> None:
         work = Path(tmp)
         text = "Peter Piper picked a peck of pickled peppers." if bench.quick else fx.SENTENCES
         wav = fx.espeak(text, work / "speech.wav")  # no espeak-ng: one line, exit 2
+        interior_sheet(bench, faces, fx)
+        if bench.args.sheet_only:
+            return
         placement_and_sheets(bench, faces, fx, Old, WarpRenderer, speech(3.0, SR, seed=3))
         sync(bench, faces, fx, Old, WarpRenderer, wav)
         bank(bench, faces, fx, wav, work)
