@@ -3,9 +3,11 @@
 Built at precompile (`build_bank`, the `bank` stage) from a clip in which the presenter
 speaks: for every frame with a face, the mouth crop aligned to the canonical frame
 (`pipeline.mouth.lips`), its shape (opening, width, height), its lip points there, and
-the log-mel features of that frame's audio, from the clip's own audio track. A ridge
-model from a window of features to the shape is fitted on those pairs, so a render can
-predict the presenter's mouth for new speech. Read at render as a `MouthBank`.
+the log-mel features of that frame's audio, from the clip's own audio track. A linear
+model from a window of features to the shape is fitted on those pairs (`fit_model`), so
+a render can predict the presenter's mouth for new speech; how much of the opening a
+render takes from the loudness drive instead is chosen on the same pairs. Read at render
+as a `MouthBank`.
 
 The crop covers the mouth, the chin and the room a dropped jaw needs (CROP, canonical
 units), at SCALE pixels per inter-ocular distance, stored as JPEG (the frame codec).
@@ -18,16 +20,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipeline.mouth.features import CONTEXT, log_mel, stack
+from pipeline.mouth.features import MEL_CONTEXT, MFCC_CONTEXT, N_MFCC, log_mel, windowed
 from pipeline.mouth.lips import LIPS, apply, mouth_shape, to_canonical
 
-VERSION = 1
+VERSION = 2  # 2: the windowed cepstrum and log-mel model, its penalties and drive share by CV
 SCALE = 112.0  # crop pixels per inter-ocular distance
 CROP = (-0.85, 0.55, 0.85, 2.05)  # canonical x1, y1, x2, y2: mouth, chin, a dropped jaw
 FEATURE_RATE = 16000  # Hz the clip's audio is analysed at
 MIN_SPEECH = 0.2  # share of the frames that must be speech for the clip to talk
 MIN_ENTRIES = 25  # frames with a face (one second): fewer make no bank
-RIDGE = 1.0  # ridge penalty, per standardised feature
+PENALTIES = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0)  # ridge penalties cross-validated
+FOLDS = 5  # contiguous blocks of the clip, each predicted by a model fitted on the rest
+FOLD_GAP = 4  # frames left out either side of a block (the window reaches 4 frames)
+DRIVE_SHARES = (0.0, 0.25, 0.5)  # of the opening taken from loudness (stage 1 took 0.5)
+LIVE_AHEAD = 1  # frames ahead a live render sees: it gets a model that reads no further
+MAX_GAIN = 3.0  # the most the model's opening is stretched (`opening_gain`)
+SMOOTH = 1.0  # frames: the predicted trajectory's Gaussian smoothing (sigma)
 GATE_DB = -50.0  # dBFS: quieter is no speech
 SPEECH_DB = 30.0  # dB below the clip's speech level that still counts as speech
 
@@ -140,9 +148,15 @@ def build_bank(
         lips[k] = apply(m, landmarks[i][list(LIPS)])
         progress(k + 1, len(faces))
 
-    # 3. the presenter's own audio -> mouth model: ridge over a window of features
+    # 3. the presenter's own audio -> mouth model, and the loudness drive's share
     index = np.asarray(faces, np.int32)
-    model, scores = fit_ridge(stack(feats)[index], shapes)
+    model, scores = fit_model(windowed(feats)[index], shapes)
+    live, live_scores = fit_model(windowed(feats, LIVE_AHEAD)[index], shapes)
+    model.update({f"live_{k}": v for k, v in live.items()})
+    live_scores.pop("cv_opening")
+    cv_opening = scores.pop("cv_opening")
+    gain = opening_gain(cv_opening, shapes)
+    share = drive_share(cv_opening, shapes, audio, fps, n_frames, index)
     arrays.update(
         shapes=shapes,
         lips=lips,
@@ -154,35 +168,146 @@ def build_bank(
     meta = {
         "entries": len(faces),
         "speech_share": share,
-        "fit_r": scores,
+        **scores,
+        "live_cv_r": live_scores["cv_r"],
+        "drive_share": share["share"],
+        "opening_gain": gain,
+        "drive_cv_r": share["r"],
         "scale": SCALE,
         "crop": list(CROP),
-        "context": list(CONTEXT),
+        "context": {"mfcc": list(MFCC_CONTEXT), "n_mfcc": N_MFCC, "mel": list(MEL_CONTEXT)},
         "fps": fps,
     }
     return BankBuild(arrays, meta)
 
 
-def fit_ridge(x: np.ndarray, y: np.ndarray, penalty: float = RIDGE) -> tuple[dict, list[float]]:
-    """Ridge regression y ~ x on standardised x; (the model's arrays, the in-sample
-    correlation of each output)."""
-    mean, std = x.mean(0), x.std(0) + 1e-3
-    z = (x - mean) / std
-    z1 = np.concatenate([z, np.ones((len(z), 1), np.float32)], axis=1).astype(np.float64)
+def smooth(x: np.ndarray, sigma: float = SMOOTH) -> np.ndarray:
+    """(T, ...) each frame a Gaussian-weighted mean of its neighbours within 3 sigma
+    (edges held): a mouth does not jump between frames as a per-frame estimate does."""
+    n = x.shape[0]
+    if n == 0 or sigma <= 0:
+        return x
+    reach = int(np.ceil(3 * sigma))
+    ks = np.arange(-reach, reach + 1)
+    w = np.exp(-0.5 * (ks / sigma) ** 2)
+    w /= w.sum()
+    t = np.arange(n)
+    return sum(wk * x[np.clip(t + k, 0, n - 1)] for k, wk in zip(ks, w, strict=True))
+
+
+def ridge(z1: np.ndarray, y: np.ndarray, penalty: float) -> np.ndarray:
+    """(D + 1, K) ridge weights for standardised features with a bias column last (the
+    bias is not penalised)."""
     reg = penalty * np.eye(z1.shape[1])
-    reg[-1, -1] = 0.0  # the bias is not penalised
-    w = np.linalg.solve(z1.T @ z1 + reg, z1.T @ y.astype(np.float64))
-    pred = z1 @ w
-    scores = [
-        float(np.corrcoef(pred[:, k], y[:, k])[0, 1]) if y[:, k].std() > 1e-9 else 0.0
-        for k in range(y.shape[1])
+    reg[-1, -1] = 0.0
+    return np.linalg.solve(z1.T @ z1 + reg, z1.T @ y)
+
+
+def folds(n: int) -> list[tuple[np.ndarray, slice]]:
+    """(training rows, held-out block) per fold: FOLDS contiguous blocks, FOLD_GAP frames
+    either side of each left out of its training rows (neighbours share their windows)."""
+    edges = np.linspace(0, n, FOLDS + 1).astype(int)
+    return [
+        (np.r_[0 : max(0, a - FOLD_GAP), min(n, b + FOLD_GAP) : n], slice(a, b))
+        for a, b in zip(edges[:-1], edges[1:], strict=True)
+        if b > a
     ]
+
+
+def correlation(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.corrcoef(a, b)[0, 1]) if a.std() > 1e-9 and b.std() > 1e-9 else 0.0
+
+
+def fit_model(x: np.ndarray, y: np.ndarray) -> tuple[dict, dict]:
+    """A linear model y ~ x on standardised x: the mean of two ridge regressions, one on
+    the windowed cepstrum and one on the windowed log-mel (`features.windowed`'s two
+    parts), each with the penalty whose cross-validated opening (smoothed as a render
+    smooths it) follows the clip's best. The mean of two linear models is one, stored
+    as one. Returns (the model's arrays, its figures: each output's in-sample r, the
+    opening's cross-validated r and, as "cv_opening", its cross-validated prediction)."""
+    n = len(x)
+    mean, std = x.mean(0), x.std(0) + 1e-3
+    z = ((x - mean) / std).astype(np.float64)
+    yy = y.astype(np.float64)
+    split = N_MFCC * len(MFCC_CONTEXT)
+    parts = (slice(0, split), slice(split, x.shape[1]))
+    w = np.zeros((x.shape[1] + 1, y.shape[1]))
+    cv = np.zeros(n)
+    penalties = []
+    for part in parts:
+        z1 = np.concatenate([z[:, part], np.ones((n, 1))], axis=1)
+        best = None
+        for penalty in PENALTIES:
+            pred = np.zeros(n)
+            for rows, block in folds(n):
+                pred[block] = (z1[block] @ ridge(z1[rows], yy[rows, :1], penalty))[:, 0]
+            r = correlation(smooth(pred), yy[:, 0])
+            if best is None or r > best[0]:
+                best = (r, penalty, pred)
+        _, penalty, pred = best
+        penalties.append(penalty)
+        cv += pred / len(parts)
+        wp = ridge(z1, yy, penalty) / len(parts)
+        w[part] += wp[:-1]
+        w[-1] += wp[-1]
+    cv = smooth(cv)
+    fitted = smooth(np.concatenate([z, np.ones((n, 1))], axis=1) @ w)
+    scores = {
+        "fit_r": [correlation(fitted[:, k], yy[:, k]) for k in range(y.shape[1])],
+        "cv_r": correlation(cv, yy[:, 0]),
+        "penalties": penalties,
+        "cv_opening": cv,
+    }
     model = {
         "model_w": w.astype(np.float32),
         "model_mean": mean.astype(np.float32),
         "model_std": std.astype(np.float32),
     }
     return model, scores
+
+
+def opening_gain(cv_opening: np.ndarray, shapes: np.ndarray) -> float:
+    """How far to stretch the model's opening about the clip's mean so that on speech it
+    never heard it spans what the presenter's mouth spans: a ridge shrinks what it is
+    unsure of towards the mean, and a bank search on a target that hardly moves shows
+    mouths that hardly differ (the referee then sees noise, not speech). The ratio of
+    the clip's spread to the cross-validated prediction's, within MAX_GAIN."""
+    spread = float(np.std(cv_opening))
+    if spread < 1e-9:
+        return 1.0
+    return float(np.clip(np.std(shapes[:, 0]) / spread, 1.0, MAX_GAIN))
+
+
+def drive_share(
+    cv_opening: np.ndarray,
+    shapes: np.ndarray,
+    audio: np.ndarray,
+    fps: float,
+    n_frames: int,
+    index: np.ndarray,
+) -> dict:
+    """The share of the target opening a render takes from the loudness drive
+    (`render/mouth/from_bank.py`): the one of DRIVE_SHARES whose blend of the drive (on
+    the clip's own audio, mapped onto the presenter's range as a render maps it) and the
+    model's cross-validated opening follows the clip's opening best. On real footage
+    loudness barely predicts the lips (r under 0.2 on six clips); on a clip whose mouth
+    loudness itself opened, it is most of the answer."""
+    from pipeline.render.mouth.drive import mouth_drive
+
+    opening = shapes[:, 0].astype(np.float64)
+    rest = rest_shape(shapes)[0]
+    wide = float(np.quantile(opening, 0.95))
+    loud = rest + mouth_drive(audio, FEATURE_RATE, fps, n_frames).open[index] * max(wide - rest, 0)
+    rs = [correlation(s * loud + (1.0 - s) * cv_opening, opening) for s in DRIVE_SHARES]
+    best = int(np.argmax(rs))
+    return {"share": DRIVE_SHARES[best], "r": rs[best]}
+
+
+def rest_shape(shapes: np.ndarray) -> np.ndarray:
+    """(3,) a presenter's closed mouth: the median shape of the least open tenth."""
+    opening = shapes[:, 0]
+    closed = shapes[opening <= np.quantile(opening, 0.1)]
+    return np.median(closed, axis=0).astype(np.float32)
 
 
 @dataclass
@@ -193,11 +318,14 @@ class MouthBank:
     shapes: np.ndarray  # (N, 3) opening, width, height (canonical units)
     lips: np.ndarray  # (N, 20, 2) lip points 48-67, canonical
     frame_index: np.ndarray  # (N,) the clip frame each entry was taken from
-    model_w: np.ndarray  # (D + 1, 3) ridge weights over stacked features
+    model_w: np.ndarray  # (D + 1, 3) linear weights over the windowed features
     model_mean: np.ndarray  # (D,)
     model_std: np.ndarray  # (D,)
+    live_model: tuple[np.ndarray, np.ndarray, np.ndarray]  # the same, reading LIVE_AHEAD ahead
     crop_jpeg: list[np.ndarray]  # (N,) JPEG bytes of each aligned crop
     fps: float
+    drive_share: float  # of the target opening a render takes from the loudness drive
+    opening_gain: float = 1.0  # the stretch of the model's opening (`opening_gain`)
     _decoded: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
@@ -218,8 +346,15 @@ class MouthBank:
             model_w=arrays["model_w"],
             model_mean=arrays["model_mean"],
             model_std=arrays["model_std"],
+            live_model=(
+                arrays["live_model_w"],
+                arrays["live_model_mean"],
+                arrays["live_model_std"],
+            ),
             crop_jpeg=[arrays[k] for k in names],
             fps=float(meta.get("fps", 25.0)),
+            drive_share=float(meta["drive_share"]),
+            opening_gain=float(meta["opening_gain"]),
         )
 
     def crop(self, j: int) -> np.ndarray:
@@ -233,20 +368,31 @@ class MouthBank:
             got.flags.writeable = False
         return got
 
-    def predict(self, samples: np.ndarray, sr: int, fps: float, n_frames: int) -> np.ndarray:
+    def predict(
+        self, samples: np.ndarray, sr: int, fps: float, n_frames: int, lookahead: int | None = None
+    ) -> np.ndarray:
         """(n_frames, 3) the shapes the presenter's mouth takes for `samples` (mono at
         `sr`), by the model fitted on their own footage. The features are read at `sr`
         itself: a rate changes the log-mel of every band by one constant (the window's
-        length), which `normalise` removes, as it removes the recording's level."""
+        length), which `normalise` removes, as it removes the recording's level.
+        `lookahead`: frames past each frame the caller has audio for (None: all, a whole
+        file); a live render's LIVE_AHEAD gets the model fitted to read no further, not
+        the whole-file one guessing at the frames it lacks."""
         speech = speech_frames(samples, sr, fps, n_frames)
         feats = normalise(log_mel(samples, sr, fps, n_frames), speech)
-        z = (stack(feats) - self.model_mean) / self.model_std
-        pred = np.concatenate([z, np.ones((len(z), 1), np.float32)], axis=1) @ self.model_w
+        if lookahead is not None and lookahead <= LIVE_AHEAD:
+            w, mean, std = self.live_model
+            x = windowed(feats, LIVE_AHEAD)
+        else:
+            w, mean, std = self.model_w, self.model_mean, self.model_std
+            x = windowed(feats)
+        z = (x - mean) / std
+        pred = smooth(np.concatenate([z, np.ones((len(z), 1), np.float32)], axis=1) @ w)
+        centre = float(self.shapes[:, 0].mean())
+        pred[:, 0] = centre + self.opening_gain * (pred[:, 0] - centre)
         lo, hi = self.shapes.min(0), self.shapes.max(0)
         return np.clip(pred, lo, hi).astype(np.float32)
 
     def rest_shape(self) -> np.ndarray:
-        """(3,) the presenter's closed mouth: the median shape of the least open tenth."""
-        opening = self.shapes[:, 0]
-        closed = self.shapes[opening <= np.quantile(opening, 0.1)]
-        return np.median(closed, axis=0).astype(np.float32)
+        """(3,) the presenter's closed mouth (`rest_shape`)."""
+        return rest_shape(self.shapes)

@@ -93,8 +93,10 @@ def test_the_search_plays_runs_of_footage_and_follows_the_target():
         np.zeros((1, 3), np.float32),
         np.zeros(0, np.float32),
         np.ones(0, np.float32),
+        (np.zeros((1, 3), np.float32), np.zeros(0, np.float32), np.ones(0, np.float32)),
         [],
         FPS,
+        0.0,
     )
     assert (select(bank, shapes[30:90]) == np.arange(30, 90)).mean() > 0.9
     held = select(bank, np.repeat(shapes[[40]], 30, axis=0))

@@ -3,10 +3,11 @@
 For a render with a bank (`pipeline/mouth/bank.py`):
 
 1. the shape the presenter's mouth takes for each frame of the new audio, predicted by
-   the model fitted on their own footage, its opening averaged with the loudness drive's
-   (`drive.py`) mapped onto the presenter's own range (a few hundred frames of footage
-   teach width and rounding well, loudness less so on speech the model never heard);
-   in silence (`silence.py`) and for p, b, m the presenter's closed mouth instead;
+   the model fitted on their own footage, its opening blended with the loudness drive's
+   (`drive.py`) mapped onto the presenter's own range, by the share the bank chose on
+   its own footage (`bank.drive_share`: on real talking footage loudness barely predicts
+   the lips; on a clip whose mouth loudness opened, it does); in silence (`silence.py`)
+   and for p, b, m the presenter's closed mouth instead;
 2. one bank entry per output frame, by dynamic programming (Viterbi) over the shape
    distance to that target plus a cost for every jump between two entries that were
    not consecutive frames of the clip, so runs of real footage play as they were shot;
@@ -35,7 +36,6 @@ STAY = 0.4  # cost of showing the same entry again (a frozen mouth)
 # fading to nothing over FEATHER beyond it (the eyes and nose are never touched).
 REGION = (0.0, 1.33, 0.6, 0.55)  # centre x, centre y, radius x, radius y
 FEATHER = 0.3  # of the radius
-DRIVE_SHARE = 0.5  # of the target opening that comes from the loudness drive
 GAIN = (0.85, 1.18)  # bounds of the colour match's contrast per channel
 RING_STEP = 4  # the colour match reads every 4th pixel of the soft edge
 # stored frames whose patch geometry is kept: a loop of up to 256 frames computes each
@@ -113,17 +113,20 @@ class BankMouths:
         drive: Drive,
         silence: SilenceParams | None,
         geometries: dict[int, tuple | None] | None = None,
+        lookahead: int | None = None,
     ) -> None:
         """`geometries`: the patch geometries of the stored frames, kept by the caller
         across prepares of the same assets (live prepares every few frames; each
-        geometry costs a warp of the blend mask)."""
+        geometry costs a warp of the blend mask). `lookahead`: frames of audio past
+        each frame the caller has (`MouthBank.predict`; None: the whole file)."""
         # 1. target shapes: the presenter's, closed in silence and for p, b, m
         n = drive.open.size
-        target = bank.predict(audio, sr, fps, n)
+        target = bank.predict(audio, sr, fps, n, lookahead)
         rest = bank.rest_shape()
         wide = float(np.quantile(bank.shapes[:, 0], 0.95))
         loud = rest[0] + drive.open * max(wide - rest[0], 0.0)
-        target[:, 0] = DRIVE_SHARE * loud + (1.0 - DRIVE_SHARE) * target[:, 0]
+        share = bank.drive_share
+        target[:, 0] = share * loud + (1.0 - share) * target[:, 0]
         weight = np.ones(n, np.float32)
         if silence is not None:
             got = speech_weight(audio, sr, fps, silence)[:n]

@@ -158,8 +158,18 @@ class WarpRenderer:
         if getattr(assets, "bank", None) is not None:
             from pipeline.render.mouth.from_bank import BankMouths
 
+            # a whole file looks LOOKAHEAD ahead for co-articulation but has all its audio
+            ahead = self.lookahead if self.lookahead < LOOKAHEAD else None
             self._bank = BankMouths(
-                assets, assets.bank, audio, sr, fps, drive, self.silence, self._bank_geometries
+                assets,
+                assets.bank,
+                audio,
+                sr,
+                fps,
+                drive,
+                self.silence,
+                self._bank_geometries,
+                ahead,
             )
 
     def openness(self) -> np.ndarray:
