@@ -101,16 +101,28 @@ class Reader:
             key, rec["name"], rec["blobs"], rec["meta"], rec["created"], rec["nbytes"]
         )
 
-    def blob_ok(self, digest: str, checksums: bool = True) -> bool:
+    def blob_ok(self, digest: str, checksums: bool = True, trust_unmoved: bool = False) -> bool:
         """The blob is present and whole: its header parses, its payload has the size the
-        header gives and (with `checksums`) the whole value hashes to its digest."""
+        header gives and (with `checksums`) the whole value hashes to its digest.
+
+        With `trust_unmoved` (the hit path's), a blob this process hashed whole before
+        and that still lies at the same place in the same map is not hashed again:
+        LMDB never writes a value in place (a rewrite, a delete and re-put, a repair all
+        copy it to other pages), so an unmoved value is the value that was hashed. Its
+        header is still checked, and every frame read hashes its blob anyway
+        (docs/DESIGN.md, "The hit check remembers what it hashed")."""
         value = self.txn.get(digest.encode(), db=self.store.dbs["blob"])
         if value is None:
             return False
+        spot = self.store._spot(value) if checksums and trust_unmoved else None
+        remembered = spot is not None and self.store._hashed.get(digest) == spot
         try:
-            codec.check(value, digest if checksums else None)
+            codec.check(value, digest if checksums and not remembered else None)
         except codec.CodecError:
+            self.store._hashed.pop(digest, None)
             return False
+        if spot is not None and not remembered:
+            self.store._hashed[digest] = spot
         return True
 
     def stage_ok(self, key: str, checksums: bool = True) -> bool:
@@ -118,17 +130,20 @@ class Reader:
         return not self.damaged({"": key}, checksums)[0]
 
     def damaged(
-        self, stages: Mapping[str, str], checksums: bool = True
+        self, stages: Mapping[str, str], checksums: bool = True, trust_unmoved: bool = False
     ) -> tuple[list[str], list[str]]:
         """(the names of `stages`, name -> stage key, whose manifest is missing or names a
-        missing or damaged blob; the digests of the present but damaged blobs)."""
+        missing or damaged blob; the digests of the present but damaged blobs).
+        `trust_unmoved`: see blob_ok."""
         names, bad = [], []
         for name, key in stages.items():
             rec = self.get("stage", key)
             if rec is None:
                 names.append(name)
                 continue
-            broken = [d for d in rec["blobs"].values() if not self.blob_ok(d, checksums)]
+            broken = [
+                d for d in rec["blobs"].values() if not self.blob_ok(d, checksums, trust_unmoved)
+            ]
             if broken:
                 names.append(name)
                 blob_db = self.store.dbs["blob"]
@@ -237,6 +252,9 @@ class Store:
         self.pid = os.getpid()  # the one process that may use (or close) the environment
         self._write_lock = threading.Lock()
         self._gate = TxnGate()
+        # blobs the hit check hashed whole: digest -> where the value lay (Reader.blob_ok)
+        self._hashed: dict[str, tuple[int, int, int]] = {}
+        self._map_epoch = 0  # bumped at every remap: an address is only good in its map
         self._check_path()
         # LMDB's lock file needs write access; a store this user can only read is opened
         # without it (docs/DESIGN.md: then no writer may run while it is read)
@@ -349,7 +367,7 @@ class Store:
                 return self.env.begin(write=write, buffers=not write)
             except lmdb.MapResizedError:
                 self._gate.leave()
-                self._gate.exclusive(lambda: self.env.set_mapsize(0))
+                self._gate.exclusive(lambda: self._remap(0))
             except BaseException:
                 self._gate.leave()
                 raise
@@ -391,7 +409,7 @@ class Store:
                 except lmdb.MapFullError:
                     self._gate.exclusive(lambda: self._grow(nbytes))
                 except lmdb.MapResizedError:
-                    self._gate.exclusive(lambda: self.env.set_mapsize(0))
+                    self._gate.exclusive(lambda: self._remap(0))
                 except DAMAGE as exc:
                     raise self._damaged(exc) from exc
                 except lmdb.Error as exc:
@@ -422,7 +440,21 @@ class Store:
         room = data + free_bytes(self.path)
         if room <= size:
             raise full_error(self.path, nbytes or size // 8)
-        self.env.set_mapsize(min(size * 2, room))
+        self._remap(min(size * 2, room))
+
+    def _remap(self, size: int) -> None:
+        """set_mapsize (0: adopt another process's growth); the map may move, so every
+        remembered blob position is forgotten. Runs inside the gate's `exclusive`."""
+        self.env.set_mapsize(size)
+        self._map_epoch += 1
+        self._hashed.clear()
+
+    def _spot(self, value: memoryview | bytes) -> tuple[int, int, int] | None:
+        """Where a value read in a read transaction lies: (address in the map, length,
+        map epoch); None for a copy (a write transaction hands out bytes)."""
+        if not isinstance(value, memoryview):
+            return None
+        return (np.frombuffer(value, np.uint8).ctypes.data, len(value), self._map_epoch)
 
     def read_value(self, db: str, key: str) -> Any:
         with self.read() as r:
@@ -470,7 +502,11 @@ class Store:
             return r.stage_ok(key)
 
     def damaged_stages(
-        self, stages: Mapping[str, str], checksums: bool = True, remove_damaged: bool = False
+        self,
+        stages: Mapping[str, str],
+        checksums: bool = True,
+        remove_damaged: bool = False,
+        trust_unmoved: bool = False,
     ) -> list[str]:
         """The names (of `stages`, name -> stage key) whose manifest is missing or that
         name a missing or damaged blob, in one read snapshot. This is the hit path's
@@ -479,9 +515,11 @@ class Store:
 
         With `remove_damaged` (the hit path's), a damaged blob found is removed from a
         writable store, so damage found once is damage to every later check, the
-        presence checks of listings included; the rebuild that follows writes it anew."""
+        presence checks of listings included; the rebuild that follows writes it anew.
+        `trust_unmoved` (the hit path's): a blob hashed before in this process and not
+        moved since is not hashed again (Reader.blob_ok)."""
         with self.read() as r:
-            names, bad = r.damaged(stages, checksums)
+            names, bad = r.damaged(stages, checksums, trust_unmoved)
         if bad and remove_damaged and not self.readonly:
             self.drop_damaged(bad)
         return names

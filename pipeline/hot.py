@@ -39,7 +39,9 @@ def hot_check(store: Store, avatar_key: str) -> tuple[dict | None, list[str]]:
     or None when there is none; the names of its damaged stages). Hot is a manifest and
     nothing damaged. Every blob below the avatar is hashed whole against its digest (the
     hit path's integrity check, ~1% of a render's reads: bench/bench_integrity.py), so a
-    damaged avatar reads as cold and is rebuilt.
+    damaged avatar reads as cold and is rebuilt; a blob this process hashed before and
+    that LMDB has not moved since is not hashed again (`trust_unmoved`: a warm server's
+    request pays a header check, not a hash of every frame).
 
     Listings (`hotplate ls`, the service's catalog) ask the same question of
     `Store.avatar_bytes`, one level shallower: every blob present with a whole header and
@@ -49,7 +51,8 @@ def hot_check(store: Store, avatar_key: str) -> tuple[dict | None, list[str]]:
     manifest = store.read_value("avatar", avatar_key)
     if manifest is None:
         return None, []
-    return manifest, store.damaged_stages(manifest["stages"], remove_damaged=True)
+    damaged = store.damaged_stages(manifest["stages"], remove_damaged=True, trust_unmoved=True)
+    return manifest, damaged
 
 
 def why_not_hot(store: Store, avatar_key: str) -> str | None:

@@ -240,7 +240,7 @@ def worker_main(conn: Any, parent: int, settings: dict[str, Any]) -> None:
     from cachestore.store import open_store
 
     store = open_store(settings["cache"], map_size=settings.get("map_size"))
-    from pipeline.render.video import warm_up
+    from pipeline.render.video import return_freed_memory, warm_up
 
     warm_up()  # the first request's first fragment then comes as the second's does
     conn.send(("ready", os.getpid()))
@@ -252,6 +252,7 @@ def worker_main(conn: Any, parent: int, settings: dict[str, Any]) -> None:
             conn.send(("error", job_id, status_for(exc), one_line(exc)))
         else:
             conn.send(("ok", job_id, result))
+        return_freed_memory()  # what the job freed goes back before the next one comes
 
 
 class RenderWorker:

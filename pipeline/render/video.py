@@ -85,18 +85,22 @@ class RenderReport:
         return self.audio_seconds / self.wall_seconds if self.wall_seconds > 0 else float("inf")
 
 
-def _return_freed_frames() -> None:
-    """glibc keeps freed multi-megabyte blocks (frames, once one was freed) in each
-    thread's heap instead of giving them back; in a worker that renders job after job the
-    three render threads' heaps then hold hundreds of MB. A fixed mmap threshold makes
-    every block of 1 MiB or more its own mapping, returned when freed (bench_hot_path: a
-    stream's peak +160 MB instead of +330 MB over the worker's own). Other libcs: nothing."""
+def return_freed_memory() -> None:
+    """Give the memory freed by the last job back to the system (glibc's malloc_trim:
+    every arena, free pages in the middle of a heap included); a render worker calls it
+    after each job. glibc keeps freed multi-megabyte blocks (frames) in each render
+    thread's heap for reuse, which is what a render wants (no page faults per frame) and
+    what a worker rendering job after job must not keep between jobs. This replaced a
+    fixed 1 MiB mmap threshold (issue 25), which returned each frame when freed and so
+    faulted every new one in again: ~2300 minor faults and ~3 ms of system CPU a
+    1080x1920 frame (docs/DESIGN.md, "Render workers trim after each job"). Other libcs:
+    nothing."""
     import ctypes
     import ctypes.util
 
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+        libc.malloc_trim(0)
     except (OSError, AttributeError):
         pass
 
@@ -105,18 +109,17 @@ def warm_up() -> None:
     """Pay once what a process's first render would: importing the render modules, cv2
     and PyAV's codecs, loading libx264 and FFmpeg's JPEG decoder (a render worker calls
     this before it says it is ready, so the first request's first fragment comes as soon
-    as the second's); and have freed frames returned to the system, for a process that
-    renders one job after another (`_return_freed_frames`)."""
+    as the second's); then return what that freed (`return_freed_memory`)."""
     import numpy as np
 
     from pipeline.media import decode_yuv, encode_frame
     from pipeline.render import compose, fmp4  # noqa: F401 - imported for their cost
     from pipeline.render.renderers import warp  # noqa: F401
 
-    _return_freed_frames()
     frame = decode_yuv(encode_frame(np.full((64, 64, 3), 128, np.uint8)))
     with fmp4.FragmentWriter(lambda kind, data: None, 64, 64, 25.0) as writer:
         writer.write_frame(frame)
+    return_freed_memory()
 
 
 def check_inputs(
