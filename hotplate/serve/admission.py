@@ -299,10 +299,28 @@ class Admission:
             else:
                 await refuse_http(scope, receive, send, busy, request_id)
             return
+        # The ticket is given back the moment the request's answer starts (or the guard
+        # cuts its body off), not when the app returns: FastAPI closes the uploads after
+        # the answer is sent, and a client that reads a 507 or 422 and sends its next
+        # request at once must not find this one still counted (its job, if it has one,
+        # holds the place from queue.submit on).
+
+        async def releasing_send(message: dict) -> None:
+            if message["type"] in ("http.response.start", "websocket.close"):
+                ticket.done()
+            await send(message)
+
+        async def releasing_receive() -> dict:
+            try:
+                return await receive()
+            except BaseException:  # the guard answered (413) and cuts the body off
+                ticket.done()
+                raise
+
         token = TICKET.set(ticket)
         service.queue.in_flight += 1
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, releasing_receive, releasing_send)
         finally:
             TICKET.reset(token)
             ticket.done()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -262,7 +263,16 @@ def find_backend(kind: str, name: str) -> Backend:
 
 
 def package_present(name: str) -> bool:
-    return importlib.util.find_spec(name) is not None
+    """Whether `name` can be imported. Thread-safe: find_spec raises ValueError for a
+    module in sys.modules whose __spec__ is None, which cv2 is while another thread imports
+    it (its loader swaps the native module in); the server's thumbnail route answered 500
+    with it (test_serve_map_growth). A module in sys.modules is present."""
+    if sys.modules.get(name) is not None:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ValueError:  # it appeared in sys.modules, half imported, after the check above
+        return name in sys.modules
 
 
 def backend_identity(kind: str, name: str, models_dir: Path | None) -> str:

@@ -31,7 +31,6 @@ bf16 latents never land under float32 keys.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
@@ -67,7 +66,9 @@ def runtime_available(runtime: str) -> bool:
     if runtime not in RUNTIMES:
         raise ValueError(f"unknown CPU runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
     pkg = _PACKAGE.get(runtime)
-    return pkg is None or importlib.util.find_spec(pkg) is not None
+    from pipeline.nets.backends import package_present  # thread-safe (see there)
+
+    return pkg is None or package_present(pkg)
 
 
 def runtime_for(net: str) -> str:

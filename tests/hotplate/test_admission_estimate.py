@@ -247,3 +247,71 @@ def test_a_warm_up_seeds_each_size_and_names(tmp_path):
     assert times.size_of("astro", "studio", "default") == SIZE
     # a request whose avatar is not known yet: the largest size's cost
     assert times.cost("warp") == times.cost("warp", SIZE)
+
+
+class Service:
+    """What Admission finds on the app's state: the queue and the metrics."""
+
+    def __init__(self, queue: JobQueue) -> None:
+        self.queue, self.metrics = queue, queue.metrics
+
+
+def scope_for(service: Service, body_bytes: int) -> dict:
+    state = type("State", (), {"service": service})()
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/renders",
+        "headers": [(b"content-length", str(body_bytes).encode())],
+        "app": type("App", (), {"state": state})(),
+        "state": {},
+    }
+
+
+@pytest.mark.parametrize("how", ["answered 507", "answered 422", "cut off by the guard (413)"])
+def test_a_failed_request_leaves_nothing_in_the_estimate_once_it_is_answered(tmp_path, how):
+    # A request that ends without a job gives its place back as its answer starts: the
+    # app still runs after that (FastAPI closes the uploads), and a client that reads
+    # the answer and sends its next request at once must be admitted (test_serve_disk_full
+    # was refused "a worker would start this in about 40.0 s" by its own failed upload).
+    from hotplate.serve.admission import Admission
+    from hotplate.serve.guard import BodyTooLarge
+
+    scene = Scene(tmp_path, max_wait=30.0)
+    queue = scene.queue
+    seen_after_answer: list = []
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        if how.startswith("cut off"):
+            sent.append({"type": "http.response.start", "status": 413})  # the guard's own send
+            raise BodyTooLarge
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    async def app(scope, receive, send) -> None:
+        try:
+            await receive()
+            status = 507 if how == "answered 507" else 422
+            await send({"type": "http.response.start", "status": status, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+        finally:  # after the answer: what the next request, sent now, would find
+            await asyncio.sleep(0)
+            seen_after_answer.append((list(queue.tickets), queue.expected_start("render", "c")))
+
+    async def main() -> None:
+        middleware = Admission(app)
+        try:
+            await middleware(scope_for(Service(queue), wav_bytes(40.0)), receive, send)
+        except BodyTooLarge:
+            pass
+
+    asyncio.run(main())
+    assert sent and sent[0]["type"] == "http.response.start"
+    assert seen_after_answer == [([], 0.0)]
+    assert queue.tickets == [] and queue.in_flight == 0
+    # and a 40 s upload is admitted again at once (40 s over max_wait 30 would not be,
+    # behind the first one's ticket)
+    assert queue.admit("render", "c", wav_bytes(40.0)) in queue.tickets
