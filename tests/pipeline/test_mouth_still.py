@@ -100,16 +100,23 @@ def still_meta(store, assets) -> dict:
     return store.get_stage(store.get_avatar(assets.key)["stages"]["still"]).meta
 
 
+def render_both(stilled, as_shot, speech, env, tmp_path: Path) -> tuple[dict, dict]:
+    """The new speech rendered on the stilled loop and on the loop as shot: the referee's
+    lip gap's correlation with the speech's envelope, and the frames, by name."""
+    r, rendered = {}, {}
+    for name, assets in (("stilled", stilled), ("as shot", as_shot)):
+        out = render_video(assets, speech, tmp_path / f"{name}.mp4").out_path
+        rendered[name] = video_frames(out)
+        r[name] = correlation(env[::2], referee_gaps(rendered[name], 2))
+    return r, rendered
+
+
 def test_a_talking_loop_stilled_follows_the_new_speech(talking, new_speech, tmp_path):
     stilled, as_shot, store = talking
     meta = still_meta(store, stilled)
     assert meta["reason"] == "talking" and meta["stilled"] > stilled.n_frames // 2
     env = envelope(new_speech)
-    r, rendered = {}, {}
-    for name, assets in (("stilled", stilled), ("as shot", as_shot)):
-        out = render_video(assets, new_speech, tmp_path / f"{name}.mp4").out_path
-        rendered[name] = video_frames(out)
-        r[name] = correlation(env[::2], referee_gaps(rendered[name], 2))
+    r, rendered = render_both(stilled, as_shot, new_speech, env, tmp_path)
     print(
         f"talking loop, {stilled.n_frames} frames, {meta['stilled']} stilled: r = "
         f"{r['stilled']:.3f} stilled, {r['as shot']:.3f} as shot"
@@ -195,11 +202,7 @@ def test_a_real_talking_loop_stilled_follows_the_new_speech(real_talking, new_sp
     meta = still_meta(store, stilled)
     assert meta["reason"] == "talking" and meta["stilled"] > stilled.n_frames // 2
     env = envelope(new_speech)
-    r, rendered = {}, {}
-    for label, assets in (("stilled", stilled), ("as shot", as_shot)):
-        out = render_video(assets, new_speech, tmp_path / f"{label}.mp4").out_path
-        rendered[label] = video_frames(out)
-        r[label] = correlation(env[::2], referee_gaps(rendered[label], 2))
+    r, rendered = render_both(stilled, as_shot, new_speech, env, tmp_path)
     print(
         f"{name}, {stilled.n_frames} frames, {meta['stilled']} stilled: r = "
         f"{r['stilled']:.3f} stilled, {r['as shot']:.3f} as shot"
