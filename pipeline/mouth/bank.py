@@ -156,7 +156,7 @@ def build_bank(
     live_scores.pop("cv_opening")
     cv_opening = scores.pop("cv_opening")
     gain = opening_gain(cv_opening, shapes)
-    share = drive_share(cv_opening, shapes, audio, fps, n_frames, index)
+    drive = drive_share(cv_opening, shapes, audio, fps, n_frames, index)
     arrays.update(
         shapes=shapes,
         lips=lips,
@@ -170,9 +170,9 @@ def build_bank(
         "speech_share": share,
         **scores,
         "live_cv_r": live_scores["cv_r"],
-        "drive_share": share["share"],
+        "drive_share": drive["share"],
         "opening_gain": gain,
-        "drive_cv_r": share["r"],
+        "drive_cv_r": drive["r"],
         "scale": SCALE,
         "crop": list(CROP),
         "context": {"mfcc": list(MFCC_CONTEXT), "n_mfcc": N_MFCC, "mel": list(MEL_CONTEXT)},
