@@ -24,21 +24,27 @@ from pipeline.precompile.run import precompile
 
 FRAMES = 6
 
+
+def flip_one_byte(store, digest: str) -> None:
+    """Flip one payload byte of a blob, written through LMDB (so the value moves)."""
+    db = store.dbs["blob"]
+
+    def flip(txn):
+        value = bytearray(txn.get(digest.encode(), db=db))
+        head = codec.read_header(value)
+        value[head.offset + head.nbytes // 2] ^= 0x10
+        txn.put(digest.encode(), bytes(value), db=db)
+
+    store.write(flip)
+
+
 # Flip one payload byte of a blob through LMDB, from another process (as a second
 # worker, or `hotplate verify --repair` rewriting it, would write).
 FLIPPER = """
 import sys
-from cachestore import codec
 from cachestore.store import open_store
-store = open_store(sys.argv[1])
-digest = sys.argv[2]
-db = store.dbs["blob"]
-def flip(txn):
-    value = bytearray(txn.get(digest.encode(), db=db))
-    head = codec.read_header(value)
-    value[head.offset + head.nbytes // 2] ^= 0x10
-    txn.put(digest.encode(), bytes(value), db=db)
-store.write(flip)
+from tests.integrity.test_warm_hit_check import flip_one_byte
+flip_one_byte(open_store(sys.argv[1]), sys.argv[2])
 """
 
 
@@ -72,16 +78,7 @@ def test_damage_written_through_lmdb_by_another_process_is_seen_by_a_warm_check(
 def test_damage_written_in_this_process_is_seen_by_a_warm_check(hot):
     store, avatar = hot
     assert hot_check(store, avatar)[1] == []
-    digest = frame_digest(store, avatar, 1)
-    db = store.dbs["blob"]
-
-    def flip(txn):
-        value = bytearray(txn.get(digest.encode(), db=db))
-        head = codec.read_header(value)
-        value[head.offset + head.nbytes // 2] ^= 0x10
-        txn.put(digest.encode(), bytes(value), db=db)
-
-    store.write(flip)
+    flip_one_byte(store, frame_digest(store, avatar, 1))
     assert hot_check(store, avatar)[1] == ["decode"]
 
 
