@@ -1,0 +1,54 @@
+"""The phones' opening (pipeline/mouth/visemes.py): PocketSphinx's phone recogniser, its
+model from inside the pip package, on real speech from espeak-ng; open vowels open the
+mouth wider than close ones, silence shuts it, and the rate the audio comes at does not
+change what is heard."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.mouth.visemes import OPENING, phone_opening, phones
+from pipeline.render.audio import load_audio
+from testkit.mouth_fixtures import espeak
+
+FPS = 25.0
+OPEN_VOWELS = "Father saw the calm hot cars."  # aa, ao: the jaw drops
+CLOSE_VOWELS = "We need three sweet peas."  # iy: nearly shut
+
+
+def opening_of(text: str, tmp_path, sr: int = 16000) -> np.ndarray:
+    wav = espeak(text, tmp_path / f"{abs(hash(text))}.wav")
+    audio = load_audio(wav, sr)
+    return phone_opening(audio, sr, FPS, int(audio.size / sr * FPS))
+
+
+def test_open_vowels_open_the_mouth_wider_than_close_ones(tmp_path):
+    wide, shut = opening_of(OPEN_VOWELS, tmp_path), opening_of(CLOSE_VOWELS, tmp_path)
+    for got in (wide, shut):
+        assert got.dtype == np.float32 and 0.0 <= got.min() and got.max() <= 1.0
+    # measured 0.457 and 0.294 over the frames that open at all
+    assert wide[wide > 0.05].mean() > shut[shut > 0.05].mean() + 0.1
+
+
+def test_the_recogniser_hears_phones_it_has_an_opening_for(tmp_path):
+    wav = espeak(OPEN_VOWELS, tmp_path / "speech.wav")
+    heard = phones(load_audio(wav, 16000), 16000)
+    labels = [p for p, _, _ in heard]
+    assert labels[0] == "SIL" and {"AA", "AO"} & set(labels), labels
+    assert all(p in OPENING for p in labels), labels
+    assert all(a <= b for (_, a, _), (_, b, _) in zip(heard, heard[1:], strict=False))
+
+
+def test_silence_is_shut_and_the_length_is_the_frames_asked_for():
+    got = phone_opening(np.zeros(16000, np.float32), 16000, FPS, 30)
+    assert got.shape == (30,) and not got.any()
+    assert phone_opening(np.zeros(0, np.float32), 16000, FPS, 5).shape == (5,)
+
+
+@pytest.mark.parametrize("sr", [22050, 44100])
+def test_the_audio_rate_does_not_change_what_is_heard(sr, tmp_path):
+    at_16k = opening_of(OPEN_VOWELS, tmp_path)
+    other = opening_of(OPEN_VOWELS, tmp_path, sr)
+    n = min(at_16k.size, other.size)
+    assert np.corrcoef(at_16k[:n], other[:n])[0, 1] > 0.8
