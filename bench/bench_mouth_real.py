@@ -204,9 +204,10 @@ def held_out(bench: Bench, name: str, fx, work: Path) -> dict:
     chain = {
         what: correlation(series[:: bench.args.step][:k], truth_gaps)
         for what, series in steps.items()
-        if what != "target"
+        if what not in ("target", "cue_name", "share")
     }
     chain["search"] = correlation(steps["shown"], steps["target"])
+    chain["chose"] = f"{steps['cue_name']} x{steps['share']:.2f}"
     # the sheet: the held-out frames where the truth opens widest, and at its median
     order = np.argsort(np.where(np.isfinite(gaps[:k]), gaps[:k], -np.inf))
     picks = [int(order[-1]), int(order[len(order) // 2])]
@@ -236,10 +237,12 @@ def correlation(a: np.ndarray, b: np.ndarray) -> float:
 
 def audio_model(store, portrait: Path, bank_key: str, audio, clip, recipe) -> dict:
     """Each step from the held-out audio to the bank's mouth, as the warp renderer takes
-    them (`BankMouths`): the loudness drive's opening, the presenter's model's, the
-    target (their blend), and the opening of the entries the search shows."""
+    them (`BankMouths`): the loudness drive's opening, the cue the bank chose (loudness
+    or phones, `bank.cue_opening`), the presenter's model's opening, the target (the
+    model's and the cue's blend), and the opening of the entries the search shows."""
     from pipeline.catalog import plan_for
     from pipeline.hot import load_assets, load_bank
+    from pipeline.mouth.bank import cue_opening
     from pipeline.render.audio import n_video_frames
     from pipeline.render.mouth.drive import mouth_drive
     from pipeline.render.mouth.from_bank import BankMouths
@@ -252,9 +255,12 @@ def audio_model(store, portrait: Path, bank_key: str, audio, clip, recipe) -> di
     mouths = BankMouths(assets, bank, audio, clip.sr, clip.fps, drive, DEFAULT)
     return {
         "drive": drive.open,
+        "cue": cue_opening(bank.drive_cue, audio, clip.sr, clip.fps, n_out, drive.open),
         "model": bank.predict(audio, clip.sr, clip.fps, n_out)[:, 0],
         "target": mouths.target[:, 0],
         "shown": mouths.shapes()[:, 0],
+        "cue_name": bank.drive_cue,
+        "share": bank.drive_share,
     }
 
 
@@ -379,7 +385,8 @@ def main(bench: Bench) -> None:
                 baseline="the loudness drive's opening",
                 baseline_value=c["drive"],
                 inputs=inputs,
-                note=f"their blend, the target, as shown by the search: {c['shown']:.3f}",
+                note=f"the bank's cue, {c['chose']}: {c['cue']:.3f}; the target (the model's"
+                f" and the cue's blend) as shown by the search: {c['shown']:.3f}",
             )
             bench.figure(
                 f"{name}: the bank entries' opening vs the target's",
@@ -392,8 +399,8 @@ def main(bench: Bench) -> None:
     for name, res in results.items():
         c = res["chain"]
         print(
-            f"  {name:<15} drive {c['drive']:6.3f}  model {c['model']:6.3f}  "
-            f"shown {c['shown']:6.3f}  (shown vs target {c['search']:.3f})"
+            f"  {name:<15} drive {c['drive']:6.3f}  cue {c['cue']:6.3f} ({c['chose']})  "
+            f"model {c['model']:6.3f}  shown {c['shown']:6.3f}  (shown vs target {c['search']:.3f})"
         )
     for metric, label, better in (
         ("r", "lip gap r", "higher"),

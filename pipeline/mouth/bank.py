@@ -23,7 +23,8 @@ import numpy as np
 from pipeline.mouth.features import MEL_CONTEXT, MFCC_CONTEXT, N_MFCC, log_mel, windowed
 from pipeline.mouth.lips import LIPS, apply, mouth_shape, to_canonical
 
-VERSION = 2  # 2: the windowed cepstrum and log-mel model, its penalties and drive share by CV
+VERSION = 3  # 2: the windowed cepstrum and log-mel model, its penalties and drive share by CV;
+# 3: the drive's cue (loudness or phones) chosen by CV beside its share
 SCALE = 112.0  # crop pixels per inter-ocular distance
 CROP = (-0.85, 0.55, 0.85, 2.05)  # canonical x1, y1, x2, y2: mouth, chin, a dropped jaw
 FEATURE_RATE = 16000  # Hz the clip's audio is analysed at
@@ -32,7 +33,8 @@ MIN_ENTRIES = 25  # frames with a face (one second): fewer make no bank
 PENALTIES = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0)  # ridge penalties cross-validated
 FOLDS = 5  # contiguous blocks of the clip, each predicted by a model fitted on the rest
 FOLD_GAP = 4  # frames left out either side of a block (the window reaches 4 frames)
-DRIVE_SHARES = (0.0, 0.25, 0.5)  # of the opening taken from loudness (stage 1 took 0.5)
+DRIVE_SHARES = (0.0, 0.25, 0.5, 0.75)  # of the opening taken from the drive's cue
+CUES = ("loudness", "phones")  # what the drive's opening is read from (`cue_opening`)
 LIVE_AHEAD = 1  # frames ahead a live render sees: it gets a model that reads no further
 MAX_GAIN = 3.0  # the most the model's opening is stretched (`opening_gain`)
 SMOOTH = 1.0  # frames: the predicted trajectory's Gaussian smoothing (sigma)
@@ -171,6 +173,7 @@ def build_bank(
         **scores,
         "live_cv_r": live_scores["cv_r"],
         "drive_share": drive["share"],
+        "drive_cue": drive["cue"],
         "opening_gain": gain,
         "drive_cv_r": drive["r"],
         "scale": SCALE,
@@ -278,6 +281,19 @@ def opening_gain(cv_opening: np.ndarray, shapes: np.ndarray) -> float:
     return float(np.clip(np.std(shapes[:, 0]) / spread, 1.0, MAX_GAIN))
 
 
+def cue_opening(
+    cue: str, audio: np.ndarray, sr: int, fps: float, n_frames: int, loudness: np.ndarray
+) -> np.ndarray:
+    """(n_frames,) in [0, 1]: the opening the drive's `cue` reads from `audio`:
+    "loudness", the loudness drive's (`render/mouth/drive.py`, given as `loudness`), or
+    "phones", the recognised phones' (`visemes.phone_opening`)."""
+    if cue == "phones":
+        from pipeline.mouth.visemes import phone_opening
+
+        return phone_opening(audio, sr, fps, n_frames)
+    return loudness
+
+
 def drive_share(
     cv_opening: np.ndarray,
     shapes: np.ndarray,
@@ -286,21 +302,28 @@ def drive_share(
     n_frames: int,
     index: np.ndarray,
 ) -> dict:
-    """The share of the target opening a render takes from the loudness drive
-    (`render/mouth/from_bank.py`): the one of DRIVE_SHARES whose blend of the drive (on
-    the clip's own audio, mapped onto the presenter's range as a render maps it) and the
-    model's cross-validated opening follows the clip's opening best. On real footage
-    loudness barely predicts the lips (r under 0.2 on six clips); on a clip whose mouth
-    loudness itself opened, it is most of the answer."""
+    """The cue and share of the target opening a render takes from the drive
+    (`render/mouth/from_bank.py`): the pair of CUES and DRIVE_SHARES whose blend of the
+    cue's opening (on the clip's own audio, mapped onto the presenter's range as a render
+    maps it) and the model's cross-validated opening follows the clip's opening best. On
+    real footage loudness barely predicts the lips (r under 0.2 on six clips) and the
+    phones a little more; on a clip whose mouth loudness itself opened, loudness is most
+    of the answer."""
     from pipeline.render.mouth.drive import mouth_drive
 
     opening = shapes[:, 0].astype(np.float64)
     rest = rest_shape(shapes)[0]
     wide = float(np.quantile(opening, 0.95))
-    loud = rest + mouth_drive(audio, FEATURE_RATE, fps, n_frames).open[index] * max(wide - rest, 0)
-    rs = [correlation(s * loud + (1.0 - s) * cv_opening, opening) for s in DRIVE_SHARES]
-    best = int(np.argmax(rs))
-    return {"share": DRIVE_SHARES[best], "r": rs[best]}
+    loudness = mouth_drive(audio, FEATURE_RATE, fps, n_frames).open
+    best = {"cue": CUES[0], "share": 0.0, "r": correlation(cv_opening, opening)}
+    for cue in CUES:
+        cued = cue_opening(cue, audio, FEATURE_RATE, fps, n_frames, loudness)[index]
+        mapped = rest + cued * max(wide - rest, 0)
+        for s in DRIVE_SHARES[1:]:
+            r = correlation(s * mapped + (1.0 - s) * cv_opening, opening)
+            if r > best["r"]:
+                best = {"cue": cue, "share": s, "r": r}
+    return best
 
 
 def rest_shape(shapes: np.ndarray) -> np.ndarray:
@@ -324,7 +347,8 @@ class MouthBank:
     live_model: tuple[np.ndarray, np.ndarray, np.ndarray]  # the same, reading LIVE_AHEAD ahead
     crop_jpeg: list[np.ndarray]  # (N,) JPEG bytes of each aligned crop
     fps: float
-    drive_share: float  # of the target opening a render takes from the loudness drive
+    drive_share: float  # of the target opening a render takes from the drive's cue
+    drive_cue: str = "loudness"  # which (`cue_opening`)
     opening_gain: float = 1.0  # the stretch of the model's opening (`opening_gain`)
     _decoded: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
@@ -354,6 +378,7 @@ class MouthBank:
             crop_jpeg=[arrays[k] for k in names],
             fps=float(meta.get("fps", 25.0)),
             drive_share=float(meta["drive_share"]),
+            drive_cue=str(meta.get("drive_cue", "loudness")),
             opening_gain=float(meta["opening_gain"]),
         )
 

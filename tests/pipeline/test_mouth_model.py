@@ -11,6 +11,7 @@ model, 3 frames back and 1 ahead, ridge penalty 1: held-out r 0.24 here).
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from pipeline.mouth.bank import MouthBank, drive_share, fit_model, normalise, speech_frames
 from pipeline.mouth.features import log_mel, windowed
@@ -67,3 +68,27 @@ def test_the_model_reads_ahead_and_follows_speech_it_never_heard():
     r = float(np.corrcoef(got[:, 0], truth[:, 0])[0, 1])
     print(f"held out: r = {r:.3f} (cross-validated on the footage: {scores['cv_r']:.3f})")
     assert r >= FOLLOWS
+
+
+@pytest.mark.parametrize("cue", ["phones", "loudness"])
+def test_the_drive_cue_is_the_one_the_footage_follows(cue, tmp_path):
+    """On espeak-ng's speech, a mouth that opens as the phones say (or as loudness says)
+    gets that cue: the blend of it with the model follows the footage best."""
+    from pipeline.mouth.visemes import phone_opening
+    from pipeline.render.audio import load_audio
+    from pipeline.render.mouth.drive import mouth_drive
+    from testkit.mouth_fixtures import SENTENCES, espeak
+
+    audio = load_audio(espeak(SENTENCES, tmp_path / "speech.wav"), SR)
+    n = int(audio.size / SR * FPS)
+    opens = {
+        "phones": phone_opening(audio, SR, FPS, n),
+        "loudness": mouth_drive(audio, SR, FPS, n).open,
+    }
+    opening = 0.02 + 0.3 * opens[cue] + 0.01 * np.random.default_rng(0).standard_normal(n)
+    shapes = np.stack([opening, np.ones(n), 0.5 + opening], 1).astype(np.float32)
+    feats = normalise(log_mel(audio, SR, FPS, n), speech_frames(audio, SR, FPS, n))
+    _, scores = fit_model(windowed(feats), shapes)
+    got = drive_share(scores["cv_opening"], shapes, audio, FPS, n, np.arange(n))
+    assert got["cue"] == cue and got["share"] > 0.0, got
+    assert got["r"] > scores["cv_r"], (got, scores["cv_r"])

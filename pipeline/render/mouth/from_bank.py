@@ -3,11 +3,14 @@
 For a render with a bank (`pipeline/mouth/bank.py`):
 
 1. the shape the presenter's mouth takes for each frame of the new audio, predicted by
-   the model fitted on their own footage, its opening blended with the loudness drive's
-   (`drive.py`) mapped onto the presenter's own range, by the share the bank chose on
-   its own footage (`bank.drive_share`: on real talking footage loudness barely predicts
-   the lips; on a clip whose mouth loudness opened, it does); in silence (`silence.py`)
-   and for p, b, m the presenter's closed mouth instead;
+   the model fitted on their own footage, its opening blended with the drive's cue
+   (loudness, `drive.py`, or the recognised phones, `visemes.py`) mapped onto the
+   presenter's own range, by the cue and share the bank chose on its own footage
+   (`bank.drive_share`: on real talking footage loudness barely predicts the lips and
+   the phones a little more; on a clip whose mouth loudness opened, loudness does; a
+   live render, which cannot recognise phones a frame ahead, takes the model alone
+   where the bank chose the phones); in silence (`silence.py`) the presenter's closed
+   mouth instead, and for p, b, m where the bank follows loudness;
 2. one bank entry per output frame, by dynamic programming (Viterbi) over the shape
    distance to that target plus a cost for every jump between two entries that were
    not consecutive frames of the clip, so runs of real footage play as they were shot;
@@ -22,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.assets import AvatarAssets
-from pipeline.mouth.bank import CROP, SCALE, MouthBank, crop_from_frame, crop_size
+from pipeline.mouth.bank import CROP, SCALE, MouthBank, crop_from_frame, crop_size, cue_opening
 from pipeline.mouth.lips import to_canonical
 from pipeline.render.mouth.drive import Drive
 from pipeline.render.renderers.base import MouthPatch, fit_mask
@@ -124,14 +127,25 @@ class BankMouths:
         target = bank.predict(audio, sr, fps, n, lookahead)
         rest = bank.rest_shape()
         wide = float(np.quantile(bank.shapes[:, 0], 0.95))
-        loud = rest[0] + drive.open * max(wide - rest[0], 0.0)
         share = bank.drive_share
-        target[:, 0] = share * loud + (1.0 - share) * target[:, 0]
+        if bank.drive_cue == "phones" and lookahead is not None:
+            share = 0.0  # live: the phones need the utterance; the model alone
+        if share > 0.0:
+            cued = cue_opening(bank.drive_cue, audio, sr, fps, n, drive.open)
+            target[:, 0] = (
+                share * (rest[0] + cued * max(wide - rest[0], 0.0)) + (1.0 - share) * target[:, 0]
+            )
         weight = np.ones(n, np.float32)
         if silence is not None:
             got = speech_weight(audio, sr, fps, silence)[:n]
             weight[: got.size] = got
-        weight = np.where(drive.closed, 0.0, weight)[:, None]
+        if bank.drive_cue == "loudness" and share > 0.0:
+            # the loudness drive's p, b, m (a heuristic of espeak-ng's speech) only where
+            # the presenter's mouth was seen to follow loudness: on real speech they shut
+            # it at the wrong frames (r of the target against the truth 0.36 -> 0.26 on
+            # bench_mouth_real's six clips); the model and the phones close it themselves
+            weight = np.where(drive.closed, 0.0, weight)
+        weight = weight[:, None]
         self.target = (weight * target + (1.0 - weight) * rest).astype(np.float32)
         # 2. one entry per frame
         self.entries = select(bank, self.target)
