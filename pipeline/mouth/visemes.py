@@ -39,6 +39,7 @@ OPENING = {
     "+NSN+": 0.1, "+SPN+": 0.2,  # noise, unknown speech
 }  # fmt: skip
 OTHER = 0.3  # a label the table lacks
+LOWPASS_TAPS = 127  # the resampler's anti-alias filter
 _LOCK = threading.Lock()  # one decoder per process; it is not safe across threads
 
 
@@ -73,10 +74,16 @@ def phones(samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
 
 
 def resample(samples: np.ndarray, sr: int, to: int) -> np.ndarray:
-    """Linear interpolation to rate `to` (the recogniser's bands end far below either
-    Nyquist, so this does not alias what it hears)."""
-    n = int(round(samples.size * to / sr))
-    return np.interp(np.arange(n) * (sr / to), np.arange(samples.size), samples).astype(np.float32)
+    """`samples` at rate `to`: low-passed below the new Nyquist first when it is lower (a
+    windowed sinc, zero phase: no delay), then linearly interpolated."""
+    x = np.asarray(samples, np.float32)
+    if to < sr and x.size:
+        cut = 0.45 * to / sr  # cycles per input sample, a margin under the new Nyquist
+        k = np.arange(-LOWPASS_TAPS // 2 + 1, LOWPASS_TAPS // 2 + 1)
+        taps = 2 * cut * np.sinc(2 * cut * k) * np.hamming(k.size)
+        x = np.convolve(x, (taps / taps.sum()).astype(np.float32), mode="same")
+    n = int(round(x.size * to / sr))
+    return np.interp(np.arange(n) * (sr / to), np.arange(x.size), x).astype(np.float32)
 
 
 def phone_opening(
