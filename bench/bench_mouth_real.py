@@ -255,7 +255,7 @@ def audio_model(store, portrait: Path, bank_key: str, audio, clip, recipe) -> di
     mouths = BankMouths(assets, bank, audio, clip.sr, clip.fps, drive, DEFAULT)
     return {
         "drive": drive.open,
-        "cue": cue_opening(bank.drive_cue, audio, clip.sr, clip.fps, n_out, drive.open),
+        "cue": cue_opening(bank.drive_cue, audio, clip.sr, clip.fps, n_out),
         "model": bank.predict(audio, clip.sr, clip.fps, n_out)[:, 0],
         "target": mouths.target[:, 0],
         "shown": mouths.shapes()[:, 0],

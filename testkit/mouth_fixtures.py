@@ -180,12 +180,32 @@ def placement(pixels: np.ndarray, points: np.ndarray) -> tuple[float, float]:
 def talking_clip(image: np.ndarray, wav: Path, out: Path) -> Path:
     """A talking clip made from a real face: `image` (a still, its mouth closed) speaking
     `wav` (espeak-ng), its mouth opened and closed by a known warp (the warp renderer's
-    procedural mouth, no bank), H.264 and the speech as AAC. No real talking clip with
-    its own audio ships in a package (testkit/faces_manifest.toml's clips have none)."""
-    from pipeline.render.video import render_video
+    procedural mouth, no bank, opened by loudness: a clip whose mouth loudness opens, as
+    the bank's tests need), H.264 and the speech as AAC. No real talking clip with its
+    own audio ships in a package (testkit/faces_manifest.toml's clips have none)."""
+    from pipeline.render.audio import load_audio, n_video_frames
+    from pipeline.render.renderers.warp import WarpRenderer
+    from testkit.footage import write_clip
 
-    render_video(still_assets(image), wav, out, backend="warp")
-    return out
+    fps, sr = 25.0, 48000
+    audio = load_audio(wav, sr)
+    n = n_video_frames(audio.size / sr, fps)
+    r = WarpRenderer(phones=False)
+    r.prepare(still_assets(image), audio, sr, n, fps)
+    frames = np.stack([r.render(t, 0, image) for t in range(n)])
+    return write_clip(out, frames, audio, sr, fps)
+
+
+def asked_opening(assets, wav: Path, n: int, fps: float = 25.0) -> np.ndarray:
+    """(n,) the opening a whole-file warp render of `wav` on `assets` asks the mouth for
+    (its drive, by the phones): what the referee's lip gap on that render should follow
+    where nothing else moves the mouth."""
+    from pipeline.render.audio import load_audio
+    from pipeline.render.renderers.warp import WarpRenderer
+
+    r = WarpRenderer()
+    r.prepare(assets, load_audio(wav, r.sample_rate), r.sample_rate, n, fps)
+    return r.openness()
 
 
 def video_frames(path: Path) -> list[np.ndarray]:

@@ -4,8 +4,10 @@ For each clip of testkit/footage/ (all six by default), a presenter loop of its 
 frames (100: 4 s) with the sound stripped, precompiled with the still stage and without it
 (`Recipe(still="off")`), each rendered by the warp renderer speaking new words (espeak-ng,
 not the clip's), and the referee's lip gap (dlib, testkit/referee.py) correlated with the
-new speech's envelope: the measure of tests/pipeline/test_mouth_still.py. Prints one line
-a clip; docs/DESIGN.md's still section quotes them.
+opening the new speech asks for (`asked_opening`; the measure of
+tests/pipeline/test_mouth_still.py) and, as it was measured while loudness opened the
+mouth, with the speech's loudness envelope. Prints one line a clip; docs/DESIGN.md's
+still section quotes them.
 """
 
 from __future__ import annotations
@@ -32,9 +34,9 @@ def measure(name: str, frames: int, wav: Path, tmp: Path) -> dict:
     from pipeline.render.audio import load_audio, loudness_envelope
     from pipeline.render.video import render_video
     from testkit import footage
-    from testkit.mouth_fixtures import correlation, referee_gaps, video_frames
+    from testkit.mouth_fixtures import asked_opening, correlation, referee_gaps, video_frames
 
-    env = loudness_envelope(load_audio(wav, 16000), 16000, FPS)[::2]
+    env = loudness_envelope(load_audio(wav, 16000), 16000, FPS)
     clip = footage.load(name)
     video = write_loop_video(tmp / f"{name}.mp4", list(clip.frames[:frames]), fps=clip.fps)
     store = open_store(tmp / f"store_{name}")
@@ -44,8 +46,10 @@ def measure(name: str, frames: int, wav: Path, tmp: Path) -> dict:
             assets = load_assets(store, precompile(video, recipe, store).avatar)
             if label == "stilled":
                 out["meta"] = store.get_stage(store.get_avatar(assets.key)["stages"]["still"]).meta
-            rendered = render_video(assets, wav, tmp / f"{name}_{label}.mp4").out_path
-            out[label] = correlation(env, referee_gaps(video_frames(rendered), 2))
+            rendered = video_frames(render_video(assets, wav, tmp / f"{name}_{label}.mp4").out_path)
+            gaps = referee_gaps(rendered, 2)
+            out[label] = correlation(asked_opening(assets, wav, len(rendered), FPS)[::2], gaps)
+            out[f"{label}, envelope"] = correlation(env[: len(rendered) : 2], gaps)
     finally:
         forget_store(tmp / f"store_{name}")
     return out
@@ -66,7 +70,8 @@ def main(argv: list[str]) -> None:
             print(
                 f"{name}: {frames} frames, {meta['reason']}, spread {meta.get('spread')}, "
                 f"{meta['stilled']} stilled: r = {got['stilled']:.3f} stilled, "
-                f"{got['as shot']:.3f} as shot",
+                f"{got['as shot']:.3f} as shot (against the envelope: "
+                f"{got['stilled, envelope']:.3f}, {got['as shot, envelope']:.3f})",
                 flush=True,
             )
 

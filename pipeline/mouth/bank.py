@@ -17,11 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pipeline.mouth.features import MEL_CONTEXT, MFCC_CONTEXT, N_MFCC, log_mel, windowed
 from pipeline.mouth.lips import LIPS, apply, mouth_shape, to_canonical
+
+if TYPE_CHECKING:
+    from pipeline.render.mouth.drive import Drive
 
 VERSION = 3  # 2: the windowed cepstrum and log-mel model, its penalties and drive share by CV;
 # 3: the drive's cue (loudness or phones) chosen by CV beside its share
@@ -282,16 +286,24 @@ def opening_gain(cv_opening: np.ndarray, shapes: np.ndarray) -> float:
 
 
 def cue_opening(
-    cue: str, audio: np.ndarray, sr: int, fps: float, n_frames: int, loudness: np.ndarray
+    cue: str, audio: np.ndarray, sr: int, fps: float, n_frames: int, drive: Drive | None = None
 ) -> np.ndarray:
     """(n_frames,) in [0, 1]: the opening the drive's `cue` reads from `audio`:
-    "loudness", the loudness drive's (`render/mouth/drive.py`, given as `loudness`), or
-    "phones", the recognised phones' (`visemes.phone_opening`)."""
+    "loudness", the loudness drive's (`render/mouth/drive.py`), or "phones", the
+    recognised phones' (`visemes.phone_opening`); from a render's `drive` of the same
+    audio where it has them (so nothing is heard twice)."""
+    from pipeline.render.mouth.drive import mouth_drive
+
     if cue == "phones":
         from pipeline.mouth.visemes import phone_opening
 
+        if drive is not None and drive.phones is not None:
+            drive.ready()
+            return drive.phones.heard
         return phone_opening(audio, sr, fps, n_frames)
-    return loudness
+    if drive is not None:
+        return drive.by_loudness
+    return mouth_drive(audio, sr, fps, n_frames).open
 
 
 def drive_share(
@@ -309,15 +321,12 @@ def drive_share(
     real footage loudness barely predicts the lips (r under 0.2 on six clips) and the
     phones a little more; on a clip whose mouth loudness itself opened, loudness is most
     of the answer."""
-    from pipeline.render.mouth.drive import mouth_drive
-
     opening = shapes[:, 0].astype(np.float64)
     rest = rest_shape(shapes)[0]
     wide = float(np.quantile(opening, 0.95))
-    loudness = mouth_drive(audio, FEATURE_RATE, fps, n_frames).open
     best = {"cue": CUES[0], "share": 0.0, "r": correlation(cv_opening, opening)}
     for cue in CUES:
-        cued = cue_opening(cue, audio, FEATURE_RATE, fps, n_frames, loudness)[index]
+        cued = cue_opening(cue, audio, FEATURE_RATE, fps, n_frames)[index]
         mapped = rest + cued * max(wide - rest, 0)
         for s in DRIVE_SHARES[1:]:
             r = correlation(s * mapped + (1.0 - s) * cv_opening, opening)

@@ -10,14 +10,16 @@ the mean over the 10 ms frames it covers, co-articulated as the loudness drive i
 (`drive.coarticulate`); a frame under the loudness drive's gate is shut. On the same six clips this follows the truth at r 0.26 on
 average (-0.01 to 0.60 per clip).
 
-The recogniser reads a whole utterance, so only whole-file renders use it; a live render
-has one frame of look-ahead and keeps to its own cues.
+The recogniser reads an utterance whole, so a render hears the audio in pieces cut at
+pauses (`pieces`): the first, at most 1.5 s, before it starts, the rest in a thread while
+it runs (`PhoneTrack`), well ahead of it (the recogniser runs at ~17x real time here).
+Only whole-file renders (files and streams) use it; a live render has one frame of
+look-ahead and keeps to loudness.
 """
 
 from __future__ import annotations
 
 import threading
-from functools import cache
 
 import numpy as np
 
@@ -40,10 +42,13 @@ OPENING = {
 }  # fmt: skip
 OTHER = 0.3  # a label the table lacks
 LOWPASS_TAPS = 127  # the resampler's anti-alias filter
-_LOCK = threading.Lock()  # one decoder per process; it is not safe across threads
+PIECE_LEAST = 1.0  # s: the least audio heard as one utterance (`pieces`) ...
+FIRST_PIECE = 1.5  # ... the most of the first, which a render waits for ...
+PIECE = 4.0  # ... and of any other
+PAUSE = 3  # frames under PAUSE_DB below the speech's median: a pause a piece may end in
+PAUSE_DB = 20.0
 
 
-@cache
 def _decoder():
     import pocketsphinx
 
@@ -65,12 +70,14 @@ def phones(samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
     if sr != RATE:
         samples = resample(samples, sr, RATE)
     pcm = (np.clip(np.asarray(samples, np.float32), -1.0, 1.0) * 32767).astype("<i2").tobytes()
-    with _LOCK:
-        dec = _decoder()
-        dec.start_utt()
-        dec.process_raw(pcm, full_utt=True)
-        dec.end_utt()
-        return [(s.word, s.start_frame, s.end_frame) for s in dec.seg()]
+    # a decoder per utterance (25 ms to make): one carries what it heard into the next
+    # (its cepstral mean among others), so the same audio would be heard differently
+    # after other audio, and a stream would not show what its file shows
+    dec = _decoder()
+    dec.start_utt()
+    dec.process_raw(pcm, full_utt=True)
+    dec.end_utt()
+    return [(s.word, s.start_frame, s.end_frame) for s in dec.seg()]
 
 
 def resample(samples: np.ndarray, sr: int, to: int) -> np.ndarray:
@@ -86,16 +93,14 @@ def resample(samples: np.ndarray, sr: int, to: int) -> np.ndarray:
     return np.interp(np.arange(n) * (sr / to), np.arange(x.size), x).astype(np.float32)
 
 
-def phone_opening(
-    samples: np.ndarray, sr: int, fps: float, n_frames: int, lookahead: int = 3
-) -> np.ndarray:
-    """(n_frames,) float32 in [0, 1]: the opening of each video frame's phones,
-    co-articulated `lookahead` frames ahead."""
+def frame_phones(samples: np.ndarray, sr: int, fps: float, n_frames: int) -> np.ndarray:
+    """(n_frames,) float32: each video frame's mean phone opening over the 10 ms frames
+    it covers, of `samples` heard as one utterance; 0 under the loudness gate."""
     from pipeline.render.audio import frame_rms
-    from pipeline.render.mouth.drive import GATE_DB, coarticulate
+    from pipeline.render.mouth.drive import GATE_DB
 
-    seconds = samples.size / sr
-    fine = np.zeros(int(np.ceil(seconds * PHONE_FPS)) + 2, np.float32)
+    samples = np.asarray(samples, np.float32)
+    fine = np.zeros(int(np.ceil(samples.size / sr * PHONE_FPS)) + 2, np.float32)
     if samples.size:
         for phone, first, last in phones(samples, sr):
             fine[first : last + 1] = OPENING.get(phone, OTHER)
@@ -107,7 +112,130 @@ def phone_opening(
     out = np.where(counts > 0, sums / np.maximum(counts, 1), 0.0).astype(np.float32)
     # below the gate nothing is said, whatever the recogniser makes of the hiss
     rms = np.zeros(n_frames, np.float32)
-    got = frame_rms(np.asarray(samples, np.float32), sr, fps)[:n_frames]
+    got = frame_rms(samples, sr, fps)[:n_frames]
     rms[: got.size] = got
     out[rms <= 10.0 ** (GATE_DB / 20.0)] = 0.0
-    return coarticulate(out, lookahead)
+    return out
+
+
+def pieces(samples: np.ndarray, sr: int, fps: float, n_frames: int) -> list[tuple[int, int]]:
+    """(first, end) frames of the pieces the audio is heard in: cut in the middle of
+    pauses (PAUSE quiet frames or more), each at least PIECE_LEAST s long and at most
+    PIECE s (FIRST_PIECE s the first; cut at the span's quietest frame where it has no
+    pause), so that a render can start once the first is heard and the rest are heard
+    while it runs."""
+    from pipeline.render.audio import frame_rms
+    from pipeline.render.mouth.drive import GATE_DB
+
+    rms = np.zeros(n_frames, np.float32)
+    got = frame_rms(np.asarray(samples, np.float32), sr, fps)[:n_frames]
+    rms[: got.size] = got
+    with np.errstate(divide="ignore"):
+        db = 20.0 * np.log10(np.maximum(rms, 1e-12))
+    loud = db > GATE_DB
+    level = float(np.percentile(db[loud], 50)) if loud.any() else 0.0
+    quiet = db < level - PAUSE_DB
+    # the middle of each run of PAUSE quiet frames or more
+    edges = np.diff(np.concatenate([[0], quiet.astype(np.int8), [0]]))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    cuts = [(a + b) // 2 for a, b in zip(starts, ends, strict=True) if b - a >= PAUSE]
+    out: list[tuple[int, int]] = []
+    first, shortest = 0, max(1, int(PIECE_LEAST * fps))
+    longest = max(shortest, int(FIRST_PIECE * fps))  # the first: short, a render waits on it
+    while first < n_frames:
+        if n_frames - first <= longest:
+            end = n_frames
+        else:
+            fits = [c for c in cuts if first + shortest <= c <= first + longest]
+            if fits:
+                end = int(fits[0])
+            else:  # no pause: the quietest frame of the span
+                lo = first + shortest
+                end = lo + int(np.argmin(db[lo : first + longest + 1]))
+        out.append((first, end))
+        first, longest = end, max(shortest, int(PIECE * fps))
+    return out
+
+
+class PhoneTrack:
+    """The phones' opening of `n_frames` video frames of `samples`, co-articulated
+    `lookahead` frames ahead: the first piece (`pieces`) heard when it is made, the rest
+    by a thread in order while the caller renders; `wait(t)` returns once frame t is
+    final. Every frame's value is what `phone_opening` gives, whenever it is read."""
+
+    def __init__(
+        self,
+        samples: np.ndarray,
+        sr: int,
+        fps: float,
+        n_frames: int,
+        lookahead: int = 3,
+        gain: float = 1.0,
+        weight: np.ndarray | None = None,
+    ) -> None:
+        """`opening` is `heard` x `gain` (clipped to 1) x `weight` (n_frames,), if given."""
+        self.heard = np.zeros(n_frames, np.float32)  # the co-articulated phones, final ...
+        self.opening = np.zeros(n_frames, np.float32)  # ... and scaled, up to `_final`
+        self._gain, self._weight = gain, weight
+        self._raw = np.zeros(n_frames, np.float32)
+        self._final = 0
+        self._error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._args = (np.asarray(samples, np.float32), sr, fps, lookahead)
+        todo = pieces(samples, sr, fps, n_frames)
+        if todo:
+            self._hear(todo[0], len(todo) == 1)
+        if len(todo) > 1:
+            threading.Thread(
+                target=self._hear_all, args=(todo[1:],), name="phones", daemon=True
+            ).start()
+
+    def _hear(self, piece: tuple[int, int], last: bool) -> None:
+        from pipeline.render.mouth.drive import LOOKBACK, coarticulate
+
+        samples, sr, fps, ahead = self._args
+        a, b = piece
+        cut = (int(round(a * sr / fps)), int(round(b * sr / fps)))
+        self._raw[a:b] = frame_phones(samples[cut[0] : cut[1]], sr, fps, b - a)
+        n = self.opening.size
+        done = n if last else max(self._final, b - ahead)  # later frames need the next piece
+        lo = max(0, self._final - LOOKBACK)
+        smooth = coarticulate(self._raw[lo : min(n, done + ahead)], ahead)
+        got = smooth[self._final - lo : done - lo]
+        scaled = np.minimum(got * self._gain, 1.0)
+        if self._weight is not None:
+            scaled = scaled * self._weight[self._final : done]
+        with self._cond:
+            self.heard[self._final : done] = got
+            self.opening[self._final : done] = scaled
+            self._final = done
+            self._cond.notify_all()
+
+    def _hear_all(self, todo: list[tuple[int, int]]) -> None:
+        try:
+            for k, piece in enumerate(todo):
+                self._hear(piece, k == len(todo) - 1)
+        except BaseException as e:  # the render waiting on it raises it
+            with self._cond:
+                self._error = e
+                self._cond.notify_all()
+
+    def wait(self, t: int | None = None) -> np.ndarray:
+        """`opening`, once frame t (None: every frame) is final (and `heard` with it)."""
+        n = self.opening.size
+        need = n if t is None else min(t + 1, n)
+        with self._cond:
+            self._cond.wait_for(lambda: self._final >= need or self._error is not None)
+            if self._error is not None and self._final < need:
+                raise RuntimeError(f"the phone recogniser failed: {self._error}") from self._error
+        return self.opening
+
+
+def phone_opening(
+    samples: np.ndarray, sr: int, fps: float, n_frames: int, lookahead: int = 3
+) -> np.ndarray:
+    """(n_frames,) float32 in [0, 1]: the opening of each video frame's phones,
+    co-articulated `lookahead` frames ahead (`PhoneTrack`, waited for whole)."""
+    track = PhoneTrack(samples, sr, fps, n_frames, lookahead)
+    track.wait()
+    return track.heard

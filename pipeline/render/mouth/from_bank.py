@@ -131,7 +131,7 @@ class BankMouths:
         if bank.drive_cue == "phones" and lookahead is not None:
             share = 0.0  # live: the phones need the utterance; the model alone
         if share > 0.0:
-            cued = cue_opening(bank.drive_cue, audio, sr, fps, n, drive.open)
+            cued = cue_opening(bank.drive_cue, audio, sr, fps, n, drive)
             target[:, 0] = (
                 share * (rest[0] + cued * max(wide - rest[0], 0.0)) + (1.0 - share) * target[:, 0]
             )

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.assets import AvatarAssets
-from pipeline.render.mouth.drive import LOOKAHEAD, mouth_drive
+from pipeline.render.mouth.drive import LOOKAHEAD, Drive, mouth_drive
 from pipeline.render.mouth.interior import Style, paint
 from pipeline.render.renderers.base import MouthPatch, blend, fit_mask, paste
 from pipeline.render.silence import DEFAULT as DEFAULT_SILENCE
@@ -131,12 +131,20 @@ class WarpRenderer:
     batch_size = 4
 
     def __init__(
-        self, silence: SilenceParams | None = DEFAULT_SILENCE, lookahead: int = LOOKAHEAD
+        self,
+        silence: SilenceParams | None = DEFAULT_SILENCE,
+        lookahead: int = LOOKAHEAD,
+        phones: bool | None = None,
     ) -> None:
         """`silence`: when the mouth rests (None: it follows the audio throughout);
-        `lookahead`: frames of audio after a frame that shape it (live renders set 1)."""
+        `lookahead`: frames of audio after a frame that shape it (live renders set 1);
+        `phones`: the mouth opens as the recognised phones say, not as loudness does
+        (`drive.mouth_drive`; default: where the render has the utterance, a whole file
+        or stream, not a live render)."""
         self.silence = silence
         self.lookahead = lookahead
+        self.phones = phones  # None: decided at prepare, by the lookahead then
+        self._drive: Drive | None = None
         self._assets: AvatarAssets | None = None
         self._open = np.zeros(0, np.float32)
         self._shape = np.zeros(0, np.float32)
@@ -149,8 +157,9 @@ class WarpRenderer:
     def prepare(
         self, assets: AvatarAssets, audio: np.ndarray, sr: int, n_out: int, fps: float
     ) -> None:
-        drive = mouth_drive(audio, sr, fps, n_out, self.lookahead, self.silence)
-        self._open, self._shape = drive.open, drive.spread
+        phones = self.lookahead >= LOOKAHEAD if self.phones is None else self.phones
+        drive = mouth_drive(audio, sr, fps, n_out, self.lookahead, self.silence, phones)
+        self._drive, self._open, self._shape = drive, drive.open, drive.spread
         if assets is not self._assets:  # plans depend on the stored frames only
             self._plans, self._styles, self._bank_geometries = {}, {}, {}
         self._assets = assets
@@ -173,7 +182,15 @@ class WarpRenderer:
             )
 
     def openness(self) -> np.ndarray:
-        return self._open
+        return self._open if self._drive is None else self._drive.ready()
+
+    def _opening(self, t: int) -> float:
+        """Frame t's opening, once it is final (the phones are heard as the render runs)."""
+        if t >= self._open.size:
+            return 0.0
+        if self._drive is not None:
+            self._drive.ready(t)
+        return float(self._open[t])
 
     def shape(self) -> np.ndarray:
         return self._shape
@@ -214,7 +231,7 @@ class WarpRenderer:
             raise RuntimeError("WarpRenderer.render() before prepare()")
         if self._bank is not None:
             return self._bank.source(t, int(idx))
-        o = float(self._open[t]) if t < self._open.size else 0.0
+        o = self._opening(t)
         plan = self._plan(int(idx))
         if plan is None or o <= 1e-3:
             return None
@@ -240,7 +257,7 @@ class WarpRenderer:
             raise RuntimeError("WarpRenderer.render() before prepare()")
         if self._bank is not None:
             return self._bank.patch(t, int(idx), frame)
-        o = float(self._open[t]) if t < self._open.size else 0.0
+        o = self._opening(t)
         r = float(self._shape[t]) if t < self._shape.size else 0.0
         plan = self._plan(int(idx))
         if plan is None or o <= 1e-3:
