@@ -11,8 +11,10 @@ the mean over the 10 ms frames it covers, co-articulated as the loudness drive i
 average (-0.01 to 0.60 per clip).
 
 The recogniser reads an utterance whole, so a render hears the audio in pieces cut at
-pauses (`pieces`): the first, at most 1.5 s, before it starts, the rest in a thread while
-it runs (`PhoneTrack`), well ahead of it (the recogniser runs at ~17x real time here).
+pauses (`pieces`): the first, 1 s, before it starts, the rest in a thread while it
+runs, up to AHEAD_SECONDS past the frame it last asked for (`PhoneTrack`; the recogniser
+runs at ~17x real time here, so its cost is spread over the render, not spent in a burst
+while the first frames are made).
 Only whole-file renders (files and streams) use it; a live render has one frame of
 look-ahead and keeps to loudness.
 """
@@ -43,10 +45,12 @@ OPENING = {
 OTHER = 0.3  # a label the table lacks
 LOWPASS_TAPS = 127  # the resampler's anti-alias filter
 PIECE_LEAST = 1.0  # s: the least audio heard as one utterance (`pieces`) ...
-FIRST_PIECE = 1.5  # ... the most of the first, which a render waits for ...
+FIRST_PIECE = 1.0  # ... the most of the first, which a render waits for ...
 PIECE = 4.0  # ... and of any other
 PAUSE = 3  # frames under PAUSE_DB below the speech's median: a pause a piece may end in
 PAUSE_DB = 20.0
+BLOCK_SECONDS = 0.05  # audio the decoder is handed at a time (it holds the GIL meanwhile)
+AHEAD_SECONDS = 1.5  # how far past the frame a render last asked for the thread hears
 
 
 def _decoder():
@@ -75,7 +79,11 @@ def phones(samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
     # after other audio, and a stream would not show what its file shows
     dec = _decoder()
     dec.start_utt()
-    dec.process_raw(pcm, full_utt=True)
+    # in blocks: the decoder holds the GIL while it works, and a render's threads wait
+    # on a whole piece's worth of it (a 20 s stream's first fragment 0.7-1.0 s, not 0.3)
+    block = 2 * int(RATE * BLOCK_SECONDS)
+    for at in range(0, len(pcm), block):
+        dec.process_raw(pcm[at : at + block])
     dec.end_utt()
     return [(s.word, s.start_frame, s.end_frame) for s in dec.seg()]
 
@@ -179,10 +187,12 @@ class PhoneTrack:
         self._gain, self._weight = gain, weight
         self._raw = np.zeros(n_frames, np.float32)
         self._final = 0
+        self._wanted = 0  # the thread hears the pieces that start before this frame
+        self._ahead = int(AHEAD_SECONDS * fps)
         self._error: BaseException | None = None
         self._cond = threading.Condition()
         self._args = (np.asarray(samples, np.float32), sr, fps, lookahead)
-        todo = pieces(samples, sr, fps, n_frames)
+        self.pieces = todo = pieces(samples, sr, fps, n_frames)
         if todo:
             self._hear(todo[0], len(todo) == 1)
         if len(todo) > 1:
@@ -214,6 +224,8 @@ class PhoneTrack:
     def _hear_all(self, todo: list[tuple[int, int]]) -> None:
         try:
             for k, piece in enumerate(todo):
+                with self._cond:  # no further ahead of the render than it needs
+                    self._cond.wait_for(lambda p=piece: p[0] <= self._wanted)
                 self._hear(piece, k == len(todo) - 1)
         except BaseException as e:  # the render waiting on it raises it
             with self._cond:
@@ -225,6 +237,9 @@ class PhoneTrack:
         n = self.opening.size
         need = n if t is None else min(t + 1, n)
         with self._cond:
+            if need + self._ahead > self._wanted:
+                self._wanted = n if t is None else need + self._ahead
+                self._cond.notify_all()
             self._cond.wait_for(lambda: self._final >= need or self._error is not None)
             if self._error is not None and self._final < need:
                 raise RuntimeError(f"the phone recogniser failed: {self._error}") from self._error

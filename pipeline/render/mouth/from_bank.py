@@ -11,7 +11,8 @@ For a render with a bank (`pipeline/mouth/bank.py`):
    live render, which cannot recognise phones a frame ahead, takes the model alone
    where the bank chose the phones); in silence (`silence.py`) the presenter's closed
    mouth instead, and for p, b, m where the bank follows loudness;
-2. one bank entry per output frame, by dynamic programming (Viterbi) over the shape
+2. one bank entry per output frame (where the phones are heard while the render runs,
+   per piece as it is heard: `visemes.PhoneTrack`), by dynamic programming (Viterbi) over the shape
    distance to that target plus a cost for every jump between two entries that were
    not consecutive frames of the clip, so runs of real footage play as they were shot;
 3. each entry's crop, aligned to the canonical frame, warped onto the output frame by
@@ -21,6 +22,8 @@ For a render with a bank (`pipeline/mouth/bank.py`):
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -130,7 +133,11 @@ class BankMouths:
         share = bank.drive_share
         if bank.drive_cue == "phones" and lookahead is not None:
             share = 0.0  # live: the phones need the utterance; the model alone
-        if share > 0.0:
+        # the phones a whole-file drive hears while the render runs: the target and the
+        # entries piece by piece as they are heard (each piece's own search: the pieces
+        # end in pauses), so the first frames wait for the first piece, not the whole
+        heard = drive.phones if bank.drive_cue == "phones" and share > 0.0 else None
+        if share > 0.0 and heard is None:
             cued = cue_opening(bank.drive_cue, audio, sr, fps, n, drive)
             target[:, 0] = (
                 share * (rest[0] + cued * max(wide - rest[0], 0.0)) + (1.0 - share) * target[:, 0]
@@ -146,15 +153,43 @@ class BankMouths:
             # bench_mouth_real's six clips); the model and the phones close it themselves
             weight = np.where(drive.closed, 0.0, weight)
         weight = weight[:, None]
-        self.target = (weight * target + (1.0 - weight) * rest).astype(np.float32)
-        # 2. one entry per frame
-        self.entries = select(bank, self.target)
         self.assets, self.bank = assets, bank
+        if heard is None:
+            self.target = (weight * target + (1.0 - weight) * rest).astype(np.float32)
+            # 2. one entry per frame
+            self.entries = select(bank, self.target)
+            self._todo: list[tuple[int, int]] = []
+        else:
+            self.target = np.zeros_like(target, dtype=np.float32)
+            self.entries = np.zeros(n, np.int64)
+            self._todo = list(heard.pieces)
+            self._lock = threading.Lock()
+            self._blend = (heard, target, weight, rest, share, max(wide - rest[0], 0.0))
         self.mask = region_mask()
         self._geometries: dict[int, tuple | None] = {} if geometries is None else geometries
 
+    def _ready(self, t: int | None = None) -> None:
+        """The target and entries final up to frame t (None: all): the pieces the phones
+        are heard in, each blended and searched once it is heard."""
+        if not self._todo:
+            return
+        with self._lock:
+            heard, model, weight, rest, share, span = self._blend
+            while self._todo and (t is None or self._todo[0][0] <= t):
+                a, b = self._todo[0]
+                heard.wait(b - 1)
+                piece = model[a:b].copy()
+                piece[:, 0] = (
+                    share * (rest[0] + heard.heard[a:b] * span) + (1.0 - share) * piece[:, 0]
+                )
+                w = weight[a:b]
+                self.target[a:b] = w * piece + (1.0 - w) * rest
+                self.entries[a:b] = select(self.bank, self.target[a:b])
+                self._todo.pop(0)
+
     def shapes(self) -> np.ndarray:
         """(T, 3) the shapes of the entries shown."""
+        self._ready()
         return self.bank.shapes[self.entries]
 
     def _geometry(self, idx: int) -> tuple | None:
@@ -208,6 +243,7 @@ class BankMouths:
             return None
         (x1, y1, x2, y2), m, size, alpha = geometry
         alpha = alpha.astype(np.float32)
+        self._ready(t)
         crop = self.bank.crop(int(self.entries[t]))
         flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
         mouth = cv2.warpAffine(crop, m, size, flags=flags, borderMode=cv2.BORDER_REPLICATE)
