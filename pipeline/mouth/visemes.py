@@ -7,7 +7,7 @@ phone recogniser (its US English acoustic model and phone language model ship in
 `pocketsphinx` wheel, BSD licence; nothing is downloaded) labels every 10 ms, each phone
 has an opening (OPENING: open vowels widest, bilabials shut), and each video frame takes
 the mean over the 10 ms frames it covers, co-articulated as the loudness drive is
-(`drive.coarticulate`); a frame under the loudness drive's gate is shut. On the same six clips this follows the truth at r 0.26 on
+(`audio.coarticulate`); a frame under the loudness drive's gate is shut. On the same six clips this follows the truth at r 0.26 on
 average (-0.01 to 0.60 per clip).
 
 The recogniser reads an utterance whole, so a render hears the audio in pieces cut at
@@ -104,8 +104,7 @@ def resample(samples: np.ndarray, sr: int, to: int) -> np.ndarray:
 def frame_phones(samples: np.ndarray, sr: int, fps: float, n_frames: int) -> np.ndarray:
     """(n_frames,) float32: each video frame's mean phone opening over the 10 ms frames
     it covers, of `samples` heard as one utterance; 0 under the loudness gate."""
-    from pipeline.render.audio import frame_rms
-    from pipeline.render.mouth.drive import GATE_DB
+    from pipeline.render.audio import GATE_DB, frame_rms
 
     samples = np.asarray(samples, np.float32)
     fine = np.zeros(int(np.ceil(samples.size / sr * PHONE_FPS)) + 2, np.float32)
@@ -132,8 +131,7 @@ def pieces(samples: np.ndarray, sr: int, fps: float, n_frames: int) -> list[tupl
     PIECE s (FIRST_PIECE s the first; cut at the span's quietest frame where it has no
     pause), so that a render can start once the first is heard and the rest are heard
     while it runs."""
-    from pipeline.render.audio import frame_rms
-    from pipeline.render.mouth.drive import GATE_DB
+    from pipeline.render.audio import GATE_DB, frame_rms
 
     rms = np.zeros(n_frames, np.float32)
     got = frame_rms(np.asarray(samples, np.float32), sr, fps)[:n_frames]
@@ -201,7 +199,7 @@ class PhoneTrack:
             ).start()
 
     def _hear(self, piece: tuple[int, int], last: bool) -> None:
-        from pipeline.render.mouth.drive import LOOKBACK, coarticulate
+        from pipeline.render.audio import LOOKBACK, coarticulate
 
         samples, sr, fps, ahead = self._args
         a, b = piece

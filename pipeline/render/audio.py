@@ -290,3 +290,25 @@ def mouth_spread(
     octave = np.log2(centroid[voiced])
     shape[voiced] = np.clip((octave - octave.mean()) / octaves, -1.0, 1.0)
     return one_pole(shape, fps, smooth) if smooth > 0 else shape
+
+
+GATE_DB = -50.0  # dBFS: quieter frames are silent (the mouth closed)
+LOOKBACK = 2  # frames back a frame's co-articulation reads
+COARTICULATION = 1.2  # frames: the neighbours' weights fall off as exp(-|k| / this) ...
+
+
+def coarticulate(
+    x: np.ndarray, lookahead: int, lookback: int = LOOKBACK, width: float = COARTICULATION
+) -> np.ndarray:
+    """Each frame a weighted mean of frames t - lookback .. t + lookahead (edges held),
+    weighted exp(-|k| / width)."""
+    n = x.size
+    if n == 0:
+        return x.astype(np.float32)
+    ks = np.arange(-lookback, lookahead + 1)
+    w = np.exp(-np.abs(ks) / width)
+    w /= w.sum()
+    t = np.arange(n)
+    return sum(wk * x[np.clip(t + k, 0, n - 1)] for k, wk in zip(ks, w, strict=True)).astype(
+        np.float32
+    )

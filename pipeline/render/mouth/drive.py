@@ -29,14 +29,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.render.audio import frame_rms, frame_spectra
+from pipeline.render.audio import (  # the gate and co-articulation are shared with visemes.py
+    GATE_DB,
+    coarticulate,
+    frame_rms,
+    frame_spectra,
+)
 from pipeline.render.silence import DEFAULT as DEFAULT_SILENCE
 from pipeline.render.silence import SilenceParams, speech_weight
 
 if TYPE_CHECKING:
     from pipeline.mouth.visemes import PhoneTrack
 
-GATE_DB = -50.0  # dBFS: quieter frames are closed
 RANGE_DB = 30.0  # dB of loudness from closed to fully open
 LOW_BAND = (250.0, 1000.0)  # Hz: first formant
 HIGH_BAND = (1200.0, 3500.0)  # Hz: second and third formants
@@ -47,9 +51,7 @@ NASAL_DIP_DB = 4.0  # ... and at least this far below the loudest frame near it
 STOP_DIP_DB = 15.0  # a stop's closure: this far below the frames around it
 STOP_RELEASE_DB = 10.0  # ... and then a release this much louder within two frames
 NEAR = 3  # frames either side that "around it" means
-LOOKBACK = 2
 LOOKAHEAD = 3  # whole-file renders; live renders have one frame
-COARTICULATION = 1.2  # frames: the neighbours' weights fall off as exp(-|k| / this) ...
 SHAPE_COARTICULATION = 2.5  # ... for the shape: lips round and spread over a syllable
 WIDE_PHONES = 0.85  # the phones' opening that opens the mouth fully (ae, ao, aw, ay)
 
@@ -114,23 +116,6 @@ def closures(
     inside = (before > level) & (after > level)
     stop = (db < near_max - STOP_DIP_DB) & (nxt > db + STOP_RELEASE_DB) & inside
     return nasal | stop
-
-
-def coarticulate(
-    x: np.ndarray, lookahead: int, lookback: int = LOOKBACK, width: float = COARTICULATION
-) -> np.ndarray:
-    """Each frame a weighted mean of frames t - lookback .. t + lookahead (edges held),
-    weighted exp(-|k| / width)."""
-    n = x.size
-    if n == 0:
-        return x.astype(np.float32)
-    ks = np.arange(-lookback, lookahead + 1)
-    w = np.exp(-np.abs(ks) / width)
-    w /= w.sum()
-    t = np.arange(n)
-    return sum(wk * x[np.clip(t + k, 0, n - 1)] for k, wk in zip(ks, w, strict=True)).astype(
-        np.float32
-    )
 
 
 def mouth_drive(
