@@ -11,7 +11,6 @@ import shutil
 import av
 import pytest
 
-from cachestore import codec
 from cachestore.remote.pull import pull_avatar
 from cachestore.remote.tier import _ATTACHED, _REMOTES, ATTACHED_ENV, ENV, open_remote
 from cachestore.store import forget_store, open_store
@@ -21,6 +20,7 @@ from pipeline.catalog import plan_for
 from pipeline.precompile.plan import plan
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
+from testkit.blobs import flip_one_byte
 from testkit.nginx import Nginx
 from tests.integrity import cli
 
@@ -138,15 +138,7 @@ def test_a_damaged_old_avatar_is_found_by_verify_and_rebuilt_in_the_new_format(w
     store = open_store(cache)
     try:
         digest = store.get_stage(store.get_avatar(old)["stages"]["decode"]).blobs["frame/000003"]
-        db = store.dbs["blob"]
-
-        def flip(txn):
-            value = bytearray(txn.get(digest.encode(), db=db))
-            head = codec.read_header(value)
-            value[head.offset + head.nbytes // 2] ^= 0x10
-            txn.put(digest.encode(), bytes(value), db=db)
-
-        store.write(flip)
+        flip_one_byte(store, digest)
     finally:
         forget_store(cache)
     result = cli.hotplate(world, cache, "verify")

@@ -21,21 +21,9 @@ from hotplate.demo_data import write_loop_video
 from pipeline.hot import hot_check, load_assets
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
+from testkit.blobs import flip_one_byte
 
 FRAMES = 6
-
-
-def flip_one_byte(store, digest: str) -> None:
-    """Flip one payload byte of a blob, written through LMDB (so the value moves)."""
-    db = store.dbs["blob"]
-
-    def flip(txn):
-        value = bytearray(txn.get(digest.encode(), db=db))
-        head = codec.read_header(value)
-        value[head.offset + head.nbytes // 2] ^= 0x10
-        txn.put(digest.encode(), bytes(value), db=db)
-
-    store.write(flip)
 
 
 # Flip one payload byte of a blob through LMDB, from another process (as a second
@@ -43,7 +31,7 @@ def flip_one_byte(store, digest: str) -> None:
 FLIPPER = """
 import sys
 from cachestore.store import open_store
-from tests.integrity.test_warm_hit_check import flip_one_byte
+from testkit.blobs import flip_one_byte
 flip_one_byte(open_store(sys.argv[1]), sys.argv[2])
 """
 
