@@ -21,7 +21,9 @@ look-ahead and keeps to loudness.
 
 from __future__ import annotations
 
+import hashlib
 import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -51,6 +53,10 @@ PAUSE = 3  # frames under PAUSE_DB below the speech's median: a pause a piece ma
 PAUSE_DB = 20.0
 BLOCK_SECONDS = 0.05  # audio the decoder is handed at a time (it holds the GIL meanwhile)
 AHEAD_SECONDS = 1.5  # how far past the frame a render last asked for the thread hears
+HEARD = 1024  # pieces whose phones are kept, by their audio (a few hundred bytes each)
+
+_heard: OrderedDict[tuple[bytes, int], tuple[tuple[str, int, int], ...]] = OrderedDict()
+_heard_lock = threading.Lock()
 
 
 def _decoder():
@@ -70,7 +76,30 @@ def _decoder():
 
 
 def phones(samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
-    """(phone, first, last 10 ms frame) of mono float `samples` at `sr`."""
+    """(phone, first, last 10 ms frame) of mono float `samples` at `sr`: heard once per
+    content (`HEARD`), since an editor previews the same speech, streams it and exports
+    it, and each render cuts it into the same pieces."""
+    samples = np.ascontiguousarray(samples, np.float32)
+    key = (hashlib.blake2b(samples.tobytes(), digest_size=16).digest(), sr)
+    with _heard_lock:
+        if key in _heard:
+            _heard.move_to_end(key)
+            return list(_heard[key])
+    got = _hear(samples, sr)
+    with _heard_lock:
+        _heard[key] = tuple(got)
+        while len(_heard) > HEARD:
+            _heard.popitem(last=False)
+    return got
+
+
+def forget() -> None:
+    """Drop what `phones` has heard (benches time a first hearing)."""
+    with _heard_lock:
+        _heard.clear()
+
+
+def _hear(samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
     if sr != RATE:
         samples = resample(samples, sr, RATE)
     pcm = (np.clip(np.asarray(samples, np.float32), -1.0, 1.0) * 32767).astype("<i2").tobytes()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.mouth.visemes import OPENING, phone_opening, phones
+from pipeline.mouth.visemes import OPENING, forget, phone_opening, phones
 from pipeline.render.audio import load_audio
 from testkit.mouth_fixtures import espeak
 
@@ -59,9 +59,29 @@ def test_the_same_audio_is_heard_the_same_after_other_audio(tmp_path):
     a stream shows what its file shows."""
     a = load_audio(espeak(OPEN_VOWELS, tmp_path / "a.wav"), 16000)
     b = load_audio(espeak(CLOSE_VOWELS, tmp_path / "b.wav"), 16000)
+    forget()
     first = phones(a, 16000)
     phones(b, 16000)
+    forget()  # heard again, not read back from what was kept
     assert phones(a, 16000) == first
+
+
+def test_what_was_heard_is_kept_by_its_audio(tmp_path):
+    """An editor previews, streams and exports the same speech: its pieces are heard
+    once. Kept by content, not by the array: a copy is found, other audio is not."""
+    from pipeline.mouth import visemes
+
+    a = load_audio(espeak(OPEN_VOWELS, tmp_path / "a.wav"), 16000)
+    forget()
+    first = phones(a, 16000)
+    kept = dict(visemes._heard)
+    assert len(kept) == 1
+    got = phones(a.copy(), 16000)
+    assert got == first and dict(visemes._heard) == kept  # found, nothing heard anew
+    got.append(("AA", 0, 0))  # a caller's list is its own
+    assert phones(a, 16000) == first
+    phones(a[: a.size // 2], 16000)
+    assert len(visemes._heard) == 2
 
 
 def test_a_render_starts_on_the_first_piece_and_reads_what_a_whole_hearing_gives(tmp_path):
@@ -78,7 +98,28 @@ def test_a_render_starts_on_the_first_piece_and_reads_what_a_whole_hearing_gives
     assert all(a[1] == b[0] for a, b in zip(got, got[1:], strict=False)), got
     assert got[0][1] <= FIRST_PIECE * FPS
     assert all(PIECE_LEAST * FPS <= b - a <= PIECE * FPS for a, b in got[1:-1]), got
+    forget()
     track = PhoneTrack(audio, 16000, FPS, n)
     early = [float(track.wait(t)[t]) for t in range(n)]  # each frame as soon as it is final
+    forget()  # the whole hearing heard afresh
     assert early == phone_opening(audio, 16000, FPS, n).tolist()
     assert track.heard.tolist() == early
+
+
+@pytest.mark.parametrize(
+    ("lookahead", "cue", "share", "hears"),
+    [
+        (3, None, 0.0, True),  # the procedural mouth reads them
+        (3, "phones", 0.5, True),
+        (3, "phones", 0.0, False),  # a bank that takes its model alone
+        (3, "loudness", 0.5, False),
+        (1, None, 0.0, False),  # live: one frame ahead
+    ],
+)
+def test_a_render_hears_the_phones_only_where_its_mouth_reads_them(lookahead, cue, share, hears):
+    from types import SimpleNamespace
+
+    from pipeline.render.renderers.warp import WarpRenderer
+
+    bank = None if cue is None else SimpleNamespace(drive_cue=cue, drive_share=share)
+    assert WarpRenderer(lookahead=lookahead)._hears_phones(bank) is hears

@@ -157,21 +157,23 @@ class WarpRenderer:
     def prepare(
         self, assets: AvatarAssets, audio: np.ndarray, sr: int, n_out: int, fps: float
     ) -> None:
-        phones = self.lookahead >= LOOKAHEAD if self.phones is None else self.phones
-        drive = mouth_drive(audio, sr, fps, n_out, self.lookahead, self.silence, phones)
+        bank = getattr(assets, "bank", None)
+        drive = mouth_drive(
+            audio, sr, fps, n_out, self.lookahead, self.silence, self._hears_phones(bank)
+        )
         self._drive, self._open, self._shape = drive, drive.open, drive.spread
         if assets is not self._assets:  # plans depend on the stored frames only
             self._plans, self._styles, self._bank_geometries = {}, {}, {}
         self._assets = assets
         self._bank = None
-        if getattr(assets, "bank", None) is not None:
+        if bank is not None:
             from pipeline.render.mouth.from_bank import BankMouths
 
             # a whole file looks LOOKAHEAD ahead for co-articulation but has all its audio
             ahead = self.lookahead if self.lookahead < LOOKAHEAD else None
             self._bank = BankMouths(
                 assets,
-                assets.bank,
+                bank,
                 audio,
                 sr,
                 fps,
@@ -180,6 +182,18 @@ class WarpRenderer:
                 self._bank_geometries,
                 ahead,
             )
+
+    def _hears_phones(self, bank) -> bool:
+        """Whether this render's drive hears the phones (`self.phones`, where it is set):
+        a whole file or stream, not a live render (one frame ahead), and only where the
+        mouth shown reads them: the procedural mouth does, a bank only where it chose the
+        phones as its cue with a share of the opening (for any other bank the
+        recogniser's CPU would be spent for nothing)."""
+        if self.phones is not None:
+            return self.phones
+        if self.lookahead < LOOKAHEAD:
+            return False
+        return bank is None or (bank.drive_cue == "phones" and bank.drive_share > 0.0)
 
     def openness(self) -> np.ndarray:
         return self._open if self._drive is None else self._drive.ready()
