@@ -27,7 +27,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-RATE = 16000  # Hz: the acoustic model's rate
+from pipeline.mouth.recogniser import hear
+
 PHONE_FPS = 100  # the recogniser's frames per second
 # ARPAbet phone -> opening of the jaw and lips, 0 shut .. 1 widest, by the phonetics of
 # each sound (vowel height for vowels; the place of the closure for consonants)
@@ -45,34 +46,16 @@ OPENING = {
     "+NSN+": 0.1, "+SPN+": 0.2,  # noise, unknown speech
 }  # fmt: skip
 OTHER = 0.3  # a label the table lacks
-LOWPASS_TAPS = 127  # the resampler's anti-alias filter
 PIECE_LEAST = 1.0  # s: the least audio heard as one utterance (`pieces`) ...
 FIRST_PIECE = 1.0  # ... the most of the first, which a render waits for ...
 PIECE = 4.0  # ... and of any other
 PAUSE = 3  # frames under PAUSE_DB below the speech's median: a pause a piece may end in
 PAUSE_DB = 20.0
-BLOCK_SECONDS = 0.05  # audio the decoder is handed at a time (it holds the GIL meanwhile)
 AHEAD_SECONDS = 1.5  # how far past the frame a render last asked for the thread hears
 HEARD = 1024  # pieces whose phones are kept, by their audio (a few hundred bytes each)
 
 _heard: OrderedDict[tuple[bytes, int], tuple[tuple[str, int, int], ...]] = OrderedDict()
 _heard_lock = threading.Lock()
-
-
-def _decoder():
-    import pocketsphinx
-
-    model = pocketsphinx.get_model_path()
-    return pocketsphinx.Decoder(
-        hmm=f"{model}/en-us/en-us",
-        allphone=f"{model}/en-us/en-us-phone.lm.bin",
-        lm=None,
-        dict=None,
-        loglevel="ERROR",
-        beam=1e-20,  # the widest search: phones, unlike words, have no dictionary to prune by
-        pbeam=1e-20,
-        lw=2.0,
-    )
 
 
 def phones(samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
@@ -85,7 +68,7 @@ def phones(samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
         if key in _heard:
             _heard.move_to_end(key)
             return list(_heard[key])
-    got = _hear(samples, sr)
+    got = hear(samples, sr)
     with _heard_lock:
         _heard[key] = tuple(got)
         while len(_heard) > HEARD:
@@ -97,37 +80,6 @@ def forget() -> None:
     """Drop what `phones` has heard (benches time a first hearing)."""
     with _heard_lock:
         _heard.clear()
-
-
-def _hear(samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
-    if sr != RATE:
-        samples = resample(samples, sr, RATE)
-    pcm = (np.clip(np.asarray(samples, np.float32), -1.0, 1.0) * 32767).astype("<i2").tobytes()
-    # a decoder per utterance (25 ms to make): one carries what it heard into the next
-    # (its cepstral mean among others), so the same audio would be heard differently
-    # after other audio, and a stream would not show what its file shows
-    dec = _decoder()
-    dec.start_utt()
-    # in blocks: the decoder holds the GIL while it works, and a render's threads wait
-    # on a whole piece's worth of it (a 20 s stream's first fragment 0.7-1.0 s, not 0.3)
-    block = 2 * int(RATE * BLOCK_SECONDS)
-    for at in range(0, len(pcm), block):
-        dec.process_raw(pcm[at : at + block])
-    dec.end_utt()
-    return [(s.word, s.start_frame, s.end_frame) for s in dec.seg()]
-
-
-def resample(samples: np.ndarray, sr: int, to: int) -> np.ndarray:
-    """`samples` at rate `to`: low-passed below the new Nyquist first when it is lower (a
-    windowed sinc, zero phase: no delay), then linearly interpolated."""
-    x = np.asarray(samples, np.float32)
-    if to < sr and x.size:
-        cut = 0.45 * to / sr  # cycles per input sample, a margin under the new Nyquist
-        k = np.arange(-LOWPASS_TAPS // 2 + 1, LOWPASS_TAPS // 2 + 1)
-        taps = 2 * cut * np.sinc(2 * cut * k) * np.hamming(k.size)
-        x = np.convolve(x, (taps / taps.sum()).astype(np.float32), mode="same")
-    n = int(round(x.size * to / sr))
-    return np.interp(np.arange(n) * (sr / to), np.arange(x.size), x).astype(np.float32)
 
 
 def frame_phones(samples: np.ndarray, sr: int, fps: float, n_frames: int) -> np.ndarray:
