@@ -11,10 +11,11 @@ the mean over the 10 ms frames it covers, co-articulated as the loudness drive i
 average (-0.01 to 0.60 per clip).
 
 The recogniser reads an utterance whole, so a render hears the audio in pieces cut at
-pauses (`pieces`): the first, 1 s, before it starts, the rest in a thread while it
-runs, up to AHEAD_SECONDS past the frame it last asked for (`PhoneTrack`; the recogniser
-runs at ~17x real time here, so its cost is spread over the render, not spent in a burst
-while the first frames are made).
+pauses (`pieces`): the first, 1 s, before it starts, the rest while it runs, by a
+thread that hands them to a worker process (`phone_worker`: the decoder holds the GIL)
+up to AHEAD_SECONDS past the frame the render last asked for (`PhoneTrack`; the
+recogniser runs at ~17x real time here, so its cost is spread over the render, not
+spent in a burst while the first frames are made).
 Only whole-file renders (files and streams) use it; a live render has one frame of
 look-ahead and keeps to loudness.
 """
@@ -27,6 +28,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from pipeline.mouth.phone_worker import hear_apart
 from pipeline.mouth.recogniser import hear
 
 PHONE_FPS = 100  # the recogniser's frames per second
@@ -58,17 +60,18 @@ _heard: OrderedDict[tuple[bytes, int], tuple[tuple[str, int, int], ...]] = Order
 _heard_lock = threading.Lock()
 
 
-def phones(samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
+def phones(samples: np.ndarray, sr: int, apart: bool = False) -> list[tuple[str, int, int]]:
     """(phone, first, last 10 ms frame) of mono float `samples` at `sr`: heard once per
     content (`HEARD`), since an editor previews the same speech, streams it and exports
-    it, and each render cuts it into the same pieces."""
+    it, and each render cuts it into the same pieces. `apart`: heard by the worker
+    process (`phone_worker`), not in this one."""
     samples = np.ascontiguousarray(samples, np.float32)
     key = (hashlib.blake2b(samples.tobytes(), digest_size=16).digest(), sr)
     with _heard_lock:
         if key in _heard:
             _heard.move_to_end(key)
             return list(_heard[key])
-    got = hear(samples, sr)
+    got = hear_apart(samples, sr) if apart else hear(samples, sr)
     with _heard_lock:
         _heard[key] = tuple(got)
         while len(_heard) > HEARD:
@@ -82,7 +85,9 @@ def forget() -> None:
         _heard.clear()
 
 
-def frame_phones(samples: np.ndarray, sr: int, fps: float, n_frames: int) -> np.ndarray:
+def frame_phones(
+    samples: np.ndarray, sr: int, fps: float, n_frames: int, apart: bool = False
+) -> np.ndarray:
     """(n_frames,) float32: each video frame's mean phone opening over the 10 ms frames
     it covers, of `samples` heard as one utterance; 0 under the loudness gate."""
     from pipeline.render.audio import GATE_DB, frame_rms
@@ -90,7 +95,7 @@ def frame_phones(samples: np.ndarray, sr: int, fps: float, n_frames: int) -> np.
     samples = np.asarray(samples, np.float32)
     fine = np.zeros(int(np.ceil(samples.size / sr * PHONE_FPS)) + 2, np.float32)
     if samples.size:
-        for phone, first, last in phones(samples, sr):
+        for phone, first, last in phones(samples, sr, apart):
             fine[first : last + 1] = OPENING.get(phone, OTHER)
     # the 10 ms frames inside each video frame's span, by their centres
     centres = (np.arange(fine.size) + 0.5) / PHONE_FPS
@@ -179,13 +184,13 @@ class PhoneTrack:
                 target=self._hear_all, args=(todo[1:],), name="phones", daemon=True
             ).start()
 
-    def _hear(self, piece: tuple[int, int], last: bool) -> None:
+    def _hear(self, piece: tuple[int, int], last: bool, apart: bool = False) -> None:
         from pipeline.render.audio import LOOKBACK, coarticulate
 
         samples, sr, fps, ahead = self._args
         a, b = piece
         cut = (int(round(a * sr / fps)), int(round(b * sr / fps)))
-        self._raw[a:b] = frame_phones(samples[cut[0] : cut[1]], sr, fps, b - a)
+        self._raw[a:b] = frame_phones(samples[cut[0] : cut[1]], sr, fps, b - a, apart)
         n = self.opening.size
         done = n if last else max(self._final, b - ahead)  # later frames need the next piece
         lo = max(0, self._final - LOOKBACK)
@@ -205,7 +210,7 @@ class PhoneTrack:
             for k, piece in enumerate(todo):
                 with self._cond:  # no further ahead of the render than it needs
                     self._cond.wait_for(lambda p=piece: p[0] <= self._wanted)
-                self._hear(piece, k == len(todo) - 1)
+                self._hear(piece, k == len(todo) - 1, apart=True)
         except BaseException as e:  # the render waiting on it raises it
             with self._cond:
                 self._error = e

@@ -113,9 +113,11 @@ def warm_up() -> None:
     import numpy as np
 
     from pipeline.media import decode_yuv, encode_frame
+    from pipeline.mouth import phone_worker
     from pipeline.render import compose, fmp4  # noqa: F401 - imported for their cost
     from pipeline.render.renderers import warp  # noqa: F401
 
+    phone_worker.warm()  # the phones' worker process, which whole-file renders hand pieces
     frame = decode_yuv(encode_frame(np.full((64, 64, 3), 128, np.uint8)))
     with fmp4.FragmentWriter(lambda kind, data: None, 64, 64, 25.0) as writer:
         writer.write_frame(frame)

@@ -1,0 +1,136 @@
+"""The phone recogniser in a process of its own, so that a render's threads keep the GIL.
+
+PocketSphinx holds the GIL while it decodes: heard by a thread beside a render, its
+~6 % of a core cost the export a fifth of its speed (bench_hot_path's 250-frame
+1080x1920 loop: 38.7 fps before the phones, 31.7 with them heard in a thread). Here one
+worker per process hears the pieces a render has not reached yet (`visemes.PhoneTrack`);
+the piece a render waits on before its first frame is heard where it is (no round trip,
+no start-up). The worker is started at its first use, reads requests on its stdin and
+ends when that closes, so it goes with its parent however the parent ends (a kill -9
+included). Where it cannot start or dies, the piece is heard in this process: slower,
+never lost.
+
+A request: <sr: u32> <n: u64> then n bytes of float32 mono samples. A reply: <n: u32>
+then n bytes of JSON, [[phone, first, last], ...] or {"error": "..."}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.mouth.recogniser import hear
+
+_lock = threading.Lock()  # one request at a time: the worker hears one utterance at a time
+_worker: subprocess.Popen | None = None
+_broken = False  # it failed once in this process: hear here from then on
+_REQUEST = struct.Struct("<IQ")
+_REPLY = struct.Struct("<I")
+
+
+def _start() -> subprocess.Popen | None:
+    """The worker, started now; None (and said once on stderr) where it cannot start."""
+    global _broken
+    root = str(Path(__file__).resolve().parents[2])  # the checkout or site-packages
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", "from pipeline.mouth.phone_worker import serve; serve()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+    except OSError as e:
+        _broken = True
+        print(
+            f"hotplate: the phone worker did not start ({e}); hearing in process", file=sys.stderr
+        )
+        return None
+
+
+def warm() -> None:
+    """Start the worker now, if it is not running (a render worker, before its first job)."""
+    global _worker
+    with _lock:
+        if _worker is None and not _broken:
+            _worker = _start()
+
+
+def worker_pid() -> int | None:
+    """The running worker's pid (tests kill it), or None."""
+    with _lock:
+        return None if _worker is None or _worker.poll() is not None else _worker.pid
+
+
+def _ask(proc: subprocess.Popen, samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
+    data = np.ascontiguousarray(samples, np.float32).tobytes()
+    proc.stdin.write(_REQUEST.pack(sr, len(data)) + data)
+    proc.stdin.flush()
+    head = proc.stdout.read(_REPLY.size)
+    if len(head) < _REPLY.size:
+        raise EOFError(f"the phone worker exited (code {proc.poll()})")
+    (n,) = _REPLY.unpack(head)
+    got = json.loads(proc.stdout.read(n))
+    if isinstance(got, dict):
+        raise RuntimeError(got["error"])
+    return [(str(p), int(a), int(b)) for p, a, b in got]
+
+
+def hear_apart(samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
+    """`recogniser.hear(samples, sr)`, heard by the worker (this thread waits on a pipe,
+    the GIL free); in this process where the worker cannot run."""
+    global _worker, _broken
+    with _lock:
+        if _worker is None and not _broken:
+            _worker = _start()
+        if _worker is not None:
+            try:
+                return _ask(_worker, samples, sr)
+            except (OSError, ValueError, EOFError) as e:
+                # a worker that died or spoke nonsense: not trusted again in this process
+                print(
+                    f"hotplate: the phone worker failed ({e}); hearing in process", file=sys.stderr
+                )
+                _worker.kill()
+                _worker.wait()
+                _worker, _broken = None, True
+    return hear(samples, sr)
+
+
+def _read(stream, n: int) -> bytes | None:
+    out = b""
+    while len(out) < n:
+        got = stream.read(n - len(out))
+        if not got:
+            return None
+        out += got
+    return out
+
+
+def serve() -> None:
+    """The worker's loop: hear each request until stdin closes."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the parent's to handle
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while (head := _read(stdin, _REQUEST.size)) is not None:
+        sr, n = _REQUEST.unpack(head)
+        data = _read(stdin, n)
+        if data is None:
+            return
+        try:
+            reply: object = hear(np.frombuffer(data, np.float32), sr)
+        except Exception as e:  # the parent raises it where the render waits
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        body = json.dumps(reply).encode()
+        stdout.write(_REPLY.pack(len(body)) + body)
+        stdout.flush()

@@ -1,0 +1,88 @@
+"""The phone recogniser's worker process (`pipeline/mouth/phone_worker.py`): it hears what
+this process hears, a worker that dies loses nothing, and it ends with its parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.mouth import phone_worker
+from pipeline.mouth.recogniser import hear
+from pipeline.render.audio import load_audio
+from testkit.mouth_fixtures import espeak
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def speech(tmp_path):
+    return load_audio(
+        espeak("Peter Piper picked a peck of pickled peppers.", tmp_path / "s.wav"), 48000
+    )
+
+
+@pytest.fixture
+def fresh_worker(monkeypatch):
+    """This process's worker state, restored after the test (one that breaks it would
+    make every later test hear in process)."""
+    monkeypatch.setattr(phone_worker, "_broken", False)
+    monkeypatch.setattr(phone_worker, "_worker", None)
+    yield
+    if phone_worker._worker is not None:
+        phone_worker._worker.stdin.close()
+        phone_worker._worker.wait()
+
+
+def test_the_worker_hears_what_this_process_hears(speech, fresh_worker):
+    got = phone_worker.hear_apart(speech, 48000)
+    assert phone_worker.worker_pid() is not None  # heard there, not here
+    assert got == hear(speech, 48000) and len(got) > 5
+
+
+def test_a_worker_that_dies_loses_no_piece(speech, fresh_worker, capfd):
+    want = phone_worker.hear_apart(speech, 48000)
+    os.kill(phone_worker.worker_pid(), signal.SIGKILL)
+    assert phone_worker.hear_apart(speech, 48000) == want  # heard in process instead
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "phone worker failed" in err[0] and "in process" in err[0], err
+    assert phone_worker.worker_pid() is None  # not trusted again
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter (Z: ended, not yet reaped), None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def test_the_worker_ends_when_its_parent_is_killed(tmp_path):
+    script = (
+        "import sys, numpy as np\n"
+        "from pipeline.mouth import phone_worker\n"
+        "phone_worker.hear_apart(np.zeros(16000, np.float32), 16000)\n"
+        "print(phone_worker.worker_pid(), flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    pid = int(parent.stdout.readline())
+    assert _state(pid) not in (None, "Z")
+    parent.kill()  # kill -9: nothing of the parent's runs
+    parent.wait()
+    deadline = time.monotonic() + 120  # the worker sees its stdin close and returns
+    while _state(pid) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _state(pid) in (None, "Z"), f"the phone worker {pid} outlived its parent"
