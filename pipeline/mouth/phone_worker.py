@@ -8,7 +8,9 @@ the piece a render waits on before its first frame is heard where it is (no roun
 no start-up). The worker is started at its first use, reads requests on its stdin and
 ends when that closes, so it goes with its parent however the parent ends (a kill -9
 included). Where it cannot start or dies, the piece is heard in this process: slower,
-never lost.
+never lost. A forked child starts a worker of its own: its parent's pipes are closed in
+it (two processes speaking on one pipe would garble both), and so is any request its
+parent had under way.
 
 A request: <sr: u32> <n: u64> then n bytes of float32 mono samples. A reply: <n: u32>
 then n bytes of JSON, [[phone, first, last], ...] or {"error": "..."}.
@@ -31,6 +33,7 @@ from pipeline.mouth.recogniser import hear
 _lock = threading.Lock()  # one request at a time: the worker hears one utterance at a time
 _worker: subprocess.Popen | None = None
 _broken = False  # it failed once in this process: hear here from then on
+_inherited: list[subprocess.Popen] = []  # a forked child's copy of its parent's worker
 _REQUEST = struct.Struct("<IQ")
 _REPLY = struct.Struct("<I")
 
@@ -57,6 +60,27 @@ def _start() -> subprocess.Popen | None:
         return None
 
 
+def _after_fork_in_child() -> None:
+    """In a forked child: forget the parent's worker and its lock (held, maybe, by a
+    parent's thread that does not exist here), and close this copy of its pipes, so the
+    worker still ends when its parent closes them."""
+    global _lock, _worker
+    _lock = threading.Lock()
+    if _worker is not None:
+        for stream in (_worker.stdin, _worker.stdout):
+            try:
+                os.close(stream.fileno())
+            except (OSError, ValueError):
+                pass
+        # kept, never collected: collecting it would close those fd numbers again, and
+        # by then they may be some other file's in this process
+        _inherited.append(_worker)
+        _worker = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def warm() -> None:
     """Start the worker now, if it is not running (a render worker, before its first job)."""
     global _worker
@@ -66,7 +90,7 @@ def warm() -> None:
 
 
 def worker_pid() -> int | None:
-    """The running worker's pid (tests kill it), or None."""
+    """The running worker's pid, or None (for the tests, which kill it and fork)."""
     with _lock:
         return None if _worker is None or _worker.poll() is not None else _worker.pid
 

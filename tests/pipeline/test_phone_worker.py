@@ -86,3 +86,63 @@ def test_the_worker_ends_when_its_parent_is_killed(tmp_path):
     while _state(pid) not in (None, "Z") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _state(pid) in (None, "Z"), f"the phone worker {pid} outlived its parent"
+
+
+FORK_SCRIPT = """
+import json, os, select, sys, threading
+import numpy as np
+from pipeline.mouth import phone_worker
+from pipeline.mouth.recogniser import hear
+from pipeline.render.audio import load_audio
+speech = load_audio(sys.argv[1], 48000)
+want = phone_worker.hear_apart(speech, 48000)
+parent_worker = phone_worker.worker_pid()
+held, release = threading.Event(), threading.Event()
+def hold():  # a thread of the parent's mid-request at the fork
+    with phone_worker._lock:
+        held.set()
+        release.wait()
+holder = threading.Thread(target=hold)
+holder.start()
+held.wait()
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    got = phone_worker.hear_apart(speech, 48000)
+    os.write(w, json.dumps([got == want, phone_worker.worker_pid()]).encode())
+    os._exit(0)
+os.close(w)
+release.set()
+holder.join()
+ready = select.select([r], [], [], 120)[0]
+child = json.loads(os.read(r, 4096)) if ready else None
+if child is None:
+    os.kill(pid, 9)
+os.waitpid(pid, 0)
+again = phone_worker.hear_apart(speech, 48000) == want
+print(json.dumps({"parent": parent_worker, "child": child, "again": again,
+                  "parent_after": phone_worker.worker_pid()}))
+"""
+
+
+def test_a_forked_child_hears_with_a_worker_of_its_own(tmp_path):
+    """A child forked while a parent's thread held the worker starts its own (the
+    parent's lock and pipes are not its to use), and the parent's worker is unharmed."""
+    import json
+
+    wav = espeak("Peter Piper picked a peck of pickled peppers.", tmp_path / "s.wav")
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT, str(wav)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["child"] is not None, "the forked child waited on its parent's lock"
+    same, child_worker = got["child"]
+    assert same, "the forked child heard something else"
+    assert child_worker not in (None, got["parent"]), got
+    assert got["again"] and got["parent_after"] == got["parent"], got
