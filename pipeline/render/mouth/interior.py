@@ -41,8 +41,8 @@ TONGUE_RED = 1.35  # the tongue's chroma x the lips' (redder, wetter)
 TEETH = 1.5  # unlit teeth x skin luma (they sit in the mouth's shade) ...
 TEETH_MAX = 240.0  # ... at most this
 TEETH_TINT = 0.3  # share of the skin's tint in the teeth's colour
-WALL = 0.62  # the lips' wet inner edge: lips x this
-CORNER = 0.55  # where the lips meet at the corners: lips x this
+WALL = 0.82  # the lips' wet inner edge: lips x this, curling into the dark
+CORNER = 0.72  # where the lips meet at the corners: lips x this
 # Sizes, x the lower-face height (nose to chin, `scale`): real sizes, not gap shares.
 UPPER_TEETH = 0.085  # upper teeth's height showing at the middle ...
 UPPER_SHARE = 0.33  # ... at most this share of the gap
@@ -54,7 +54,8 @@ TONGUE_RISE = 0.45  # the tongue's crest, share of the gap below the top at full
 TONGUE_TOP = 0.09  # ... and no higher than this x scale above the lower lip
 TONGUE_HALF = 0.85  # its half-width, u units
 SLIT = 0.045  # a gap under this is a slit (ends in lip at the corners)
-WALL_PX = 0.022  # the wet inner edge's depth into the mouth
+WALL_PX = 0.07  # the wet inner edge's depth into the mouth (at most WALL_SHARE of the gap)
+WALL_SHARE = 0.3
 TOOTH = 0.36  # one central incisor's width, in arch units (u = sin(arch), see below)
 
 
@@ -192,9 +193,11 @@ def paint(
         shade = 1.0 - 0.3 * uu - 0.08 * edge - 0.04 * gaps - 0.06 * roots
         _mix(colour, style.teeth[None, None, :] * shade[..., None], up_a)
     # 5. the lips' wet inner edges, soft: darkened lip fading into the mouth
-    wall_px = max(WALL_PX * scale, 1.0)
-    wall = tone(lips, WALL * luma_of(lips))
-    _mix(colour, wall, smooth_step(1.0 - below / wall_px) * 0.7)
+    # (the lip's lit rim at the lip line, curling down into the mouth's shade)
+    wall_px = np.maximum(np.minimum(WALL_PX * scale, WALL_SHARE * px), 1.0)
+    into_wall = np.clip(below / wall_px, 0.0, 1.0)
+    wall = tone(lips, WALL * luma_of(lips))[None, None, :] * (1.0 - 0.35 * into_wall)[..., None]
+    _mix(colour, wall, smooth_step(1.0 - into_wall) * 0.9)
     # the corners, where the lips meet: lip in shadow, not a black tip
     # (and where the gap is only a slit: its ends round off in lip, not a black tip)
     shut = np.maximum(smooth_step((np.abs(u) - 0.84) / 0.16), smooth_step(1.0 - opened / SLIT))

@@ -46,7 +46,7 @@ import numpy as np
 
 from pipeline.assets import AvatarAssets
 from pipeline.render.mouth.drive import LOOKAHEAD, Drive, mouth_drive
-from pipeline.render.mouth.interior import Style, paint
+from pipeline.render.mouth.interior import LUMA, Style, paint
 from pipeline.render.renderers.base import MouthPatch, blend, fit_mask, paste
 from pipeline.render.silence import DEFAULT as DEFAULT_SILENCE
 from pipeline.render.silence import SilenceParams
@@ -101,6 +101,8 @@ UPPER_SHARE = 0.75  # of what shows between the stored lips, the part that moves
 MOUTH_EDGE = 0.02  # softness of the gap's upper edge, x lower-face height ...
 LOWER_EDGE = 0.035  # ... and of its lower edge (the lower lip's rim is rounder)
 PAST_SLIT = 0.04  # x lower-face height: a new gap this tall is open past a slit
+LOWER_RIM = 0.08  # x lower-face height: the band of lower lip under an opened gap whose
+# dark (the stored closed lips' seam, carried down with the lip) is lifted to lip
 
 
 @dataclass
@@ -313,9 +315,12 @@ class WarpRenderer:
         src = frame[sy1:sy2, sx1:sx2]
         out = cv2.remap(src, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         if gap is not None:
-            (gx1, gy1, gx2, gy2), alpha, colour = gap
+            (gx1, gy1, gx2, gy2), alpha, colour, rim = gap
             patch = out[gy1:gy2, gx1:gx2].astype(np.float32)
-            a = alpha[..., None]
+            # on the lower lip's rim only what is darker than the painted lip is covered,
+            # so the lip keeps its own texture and loses the seam's dark line
+            darker = 1.0 - (patch @ LUMA) / np.maximum(colour @ LUMA, 1.0)
+            a = np.maximum(alpha, rim * np.clip(2.0 * darker, 0.0, 1.0))[..., None]
             out[gy1:gy2, gx1:gx2] = (patch + a * (colour - patch) + 0.5).astype(np.uint8)
         return out
 
@@ -463,10 +468,11 @@ def _mouth_interior(
     origin: tuple[int, int],
     src_origin: tuple[int, int],
     style: Style,
-) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray] | None:
+) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray, np.ndarray] | None:
     """Rewrite map_x/map_y (in place) between the moved inner lips so the stored
     interior moves rigidly with the lips; return the opened gap as (box in region
-    coords, alpha, colour), or None if the mouth does not open past the stored one.
+    coords, alpha, colour, the lower lip rim's weight), or None if the mouth does not
+    open past the stored one.
 
     Works in face axes (a across, b down) about plan.origin. At an across-position
     the stored interior spans [yu, yl] (inner upper and lower lip), split at
@@ -485,7 +491,8 @@ def _mouth_interior(
     moved = plan.moved_inner(o, r)
     edge = max(0.75, MOUTH_EDGE * plan.scale)
     low_edge = max(1.0, LOWER_EDGE * plan.scale)
-    pad = int(math.ceil(max(2 * edge, 1.5 * low_edge))) + 1
+    rim_px = max(1.0, LOWER_RIM * plan.scale)
+    pad = int(math.ceil(max(2 * edge, 1.5 * low_edge, rim_px))) + 1
     h, w = map_x.shape
     bx1, by1 = (np.floor(moved.min(0)).astype(int) - pad) - origin
     bx2, by2 = (np.ceil(moved.max(0)).astype(int) + pad + 1) - origin
@@ -550,4 +557,7 @@ def _mouth_interior(
     u = np.clip((pa - centre) / half, -1.0, 1.0)
     v = np.clip((pb - gap_top) / np.maximum(height, 1e-3), 0.0, 1.0)
     colour = paint(u, v, height, style, plan.scale)
-    return (bx1, by1, bx2, by2), alpha.astype(np.float32), colour
+    below = np.clip((pb - gap_bottom) / rim_px, 0.0, 1.0)
+    rim = (pb > gap_bottom) * (1.0 - below * below * (3.0 - 2.0 * below)) * w
+    rim *= np.clip((1.0 - np.abs(u)) / 0.3, 0.0, 1.0) * (pa > nu_a[0]) * (pa < nu_a[-1])
+    return (bx1, by1, bx2, by2), alpha.astype(np.float32), colour, rim.astype(np.float32)
