@@ -187,10 +187,11 @@ def paint(
         depth = v * px  # px below the upper lip
         up_a = smooth_step((band - edge * 0.06 * band - depth) / max(1.2, 0.015 * scale) + 0.5)
         up_a *= smooth_step((1.0 - np.abs(u)) / 0.2) * smooth_step((px - 2.0) / 4.0)
-        # lit in the middle, into shadow at the corners and at the roots under the lip,
+        # lit in the middle, into shadow at the corners and at the roots (the upper half,
+        # under the lip: a lit tooth against the seam's dark line read as drawn),
         # each tooth rounded (darker towards its neighbours) rather than outlined
-        roots = smooth_step(1.0 - depth / (0.4 * band))
-        shade = 1.0 - 0.3 * uu - 0.08 * edge - 0.04 * gaps - 0.06 * roots
+        roots = smooth_step(1.0 - depth / (0.5 * band))
+        shade = 1.0 - 0.3 * uu - 0.08 * edge - 0.04 * gaps - 0.3 * roots
         _mix(colour, style.teeth[None, None, :] * shade[..., None], up_a)
     # 5. the lips' wet inner edges, soft: darkened lip fading into the mouth
     # (the lip's lit rim at the lip line, curling down into the mouth's shade)
