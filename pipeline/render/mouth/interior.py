@@ -54,8 +54,8 @@ TONGUE_RISE = 0.45  # the tongue's crest, share of the gap below the top at full
 TONGUE_TOP = 0.09  # ... and no higher than this x scale above the lower lip
 TONGUE_HALF = 0.85  # its half-width, u units
 SLIT = 0.045  # a gap under this is a slit (ends in lip at the corners)
-WALL_PX = 0.07  # the wet inner edge's depth into the mouth (at most WALL_SHARE of the gap)
-WALL_SHARE = 0.3
+WALL_PX = 0.07  # the lower lip's wet inner edge: its depth into the mouth ...
+WALL_SHARE = 0.3  # ... at most this share of the gap (a narrow gap keeps its dark)
 TOOTH = 0.36  # one central incisor's width, in arch units (u = sin(arch), see below)
 
 
