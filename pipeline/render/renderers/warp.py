@@ -317,24 +317,25 @@ class WarpRenderer:
         if gap is not None:
             (gx1, gy1, gx2, gy2), alpha, colour, rim = gap
             patch = out[gy1:gy2, gx1:gx2].astype(np.float32)
-            _lift_rim(patch, rim)
+            _lift_rim(patch, colour, rim)
             a = alpha[..., None]
             out[gy1:gy2, gx1:gx2] = (patch + a * (colour - patch) + 0.5).astype(np.uint8)
         return out
 
 
-def _lift_rim(patch: np.ndarray, rim: tuple[np.ndarray, np.ndarray]) -> None:
-    """In place: on the lower lip's rim under an opened gap (`rim`: its weight, and
-    the mask of its far edge's middle), what is darker than the lip's own tone there
-    (lip below any seam) is lifted towards it, so the stored seam's dark line does not
-    ring the mouth, and the lip keeps its texture where it is not dark."""
-    weight, far = rim
-    if int(far.sum()) < 8 or float(weight.max(initial=0.0)) <= 0.0:
+def _lift_rim(patch: np.ndarray, colour: np.ndarray, rim: np.ndarray) -> None:
+    """In place: on the lower lip's rim under an opened gap (weight `rim`), what is
+    darker than the painted lip tone (`colour` there: the lips' wet edge) is lifted
+    towards it, so the stored seam's dark line does not ring the mouth, and the lip
+    keeps its texture where it is not dark. (Lifted to the lip's own tone instead, the
+    median of the rim's far edge, it took more of the line away, but the referee's lip
+    gap followed the speech worse: bench_mouth_real's procedural mouth r 0.035 against
+    0.209 on markey, 0.080 against 0.105 on radio2.)"""
+    if float(rim.max(initial=0.0)) <= 0.0:
         return
-    lip = np.median(patch[far], axis=0)
-    darker = 1.0 - (patch @ LUMA) / max(float(lip @ LUMA), 1.0)
-    lift = weight * np.clip(2.0 * darker, 0.0, 1.0)
-    patch += lift[..., None] * (lip - patch)
+    darker = 1.0 - (patch @ LUMA) / np.maximum(colour @ LUMA, 1.0)
+    lift = rim * np.clip(2.0 * darker, 0.0, 1.0)
+    patch += lift[..., None] * (colour - patch)
 
 
 def _face_axes(lm: np.ndarray) -> np.ndarray:
@@ -480,7 +481,7 @@ def _mouth_interior(
     origin: tuple[int, int],
     src_origin: tuple[int, int],
     style: Style,
-) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]] | None:
+) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray, np.ndarray] | None:
     """Rewrite map_x/map_y (in place) between the moved inner lips so the stored
     interior moves rigidly with the lips; return the opened gap as (box in region
     coords, alpha, colour, the lower lip's rim for `_lift_rim`), or None if the mouth
@@ -569,11 +570,8 @@ def _mouth_interior(
     u = np.clip((pa - centre) / half, -1.0, 1.0)
     v = np.clip((pb - gap_top) / np.maximum(height, 1e-3), 0.0, 1.0)
     colour = paint(u, v, height, style, plan.scale)
-    # the lower lip's rim: its weight, and its far edge's middle (lip below any seam)
-    below = (pb - gap_bottom) / rim_px
-    across = (pa > nu_a[0]) & (pa < nu_a[-1])
-    b = np.clip(below, 0.0, 1.0)
-    rim = (below > 0.0) * (1.0 - b * b * (3.0 - 2.0 * b)) * w
-    rim *= np.clip((1.0 - np.abs(u)) / 0.3, 0.0, 1.0) * across
-    lip = (below > 0.7) & (below < 1.0) & (np.abs(u) < 0.5) & across
-    return (bx1, by1, bx2, by2), alpha.astype(np.float32), colour, (rim.astype(np.float32), lip)
+    # the lower lip's rim under the gap, for `_lift_rim`
+    below = np.clip((pb - gap_bottom) / rim_px, 0.0, 1.0)
+    rim = (pb > gap_bottom) * (1.0 - below * below * (3.0 - 2.0 * below)) * w
+    rim *= np.clip((1.0 - np.abs(u)) / 0.3, 0.0, 1.0) * (pa > nu_a[0]) * (pa < nu_a[-1])
+    return (bx1, by1, bx2, by2), alpha.astype(np.float32), colour, rim.astype(np.float32)
