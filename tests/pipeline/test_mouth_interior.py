@@ -128,22 +128,31 @@ def test_the_colours_are_the_faces(face):
     assert b_warm > b_plain + 4.0
 
 
+def wide_open(image: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The still rendered by the warp renderer with its mouth wide open (neither spread
+    nor rounded), and its inner lip points (8, 2) as the warp moved them."""
+    assets = still_assets(image, "facemesh", detect_box(image, truth.mean(0)))
+    r = WarpRenderer()
+    r.prepare(assets, speech(1.0, 48000, seed=3), 48000, 25, 25.0)
+    r._open[:], r._shape[:] = 1.0, 0.0
+    return r.render(0, 0, image), r._plan(0).moved_inner(1.0, 0.0)
+
+
+def luma_along(image: np.ndarray, top: np.ndarray, bottom: np.ndarray, s: np.ndarray):
+    """The image's luma at top + s (bottom - top), bilinear."""
+    pts = (top[None] + s[:, None] * (bottom - top)[None]).astype(np.float32)
+    rgb = cv2.remap(image, pts[None, :, 0], pts[None, :, 1], cv2.INTER_LINEAR)[0]
+    return luma(rgb[None].astype(np.float32))[0]
+
+
 def test_the_lower_lip_edge_is_soft(face):
     """Down the middle of the wide open mouth, across the lower lip's inner edge, no
     luma step is steeper than EDGE_SLOPE x the edge's contrast per px (the stored lip's
     dark rim is shaded over, the blend is a smooth step over 0.035 x the lower face)."""
-    image, truth = face
-    assets = still_assets(image, "facemesh", detect_box(image, truth.mean(0)))
-    r = WarpRenderer()
-    r.prepare(assets, speech(1.0, 48000, seed=3), 48000, 25, 25.0)
-    r._open[:], r._shape[:] = 1.0, 0.0  # wide open, neither spread nor rounded
-    out = r.render(0, 0, image)
-    inner = r._plan(0).moved_inner(1.0, 0.0)
+    out, inner = wide_open(*face)
     top, bottom = inner[2], inner[6]  # the inner lips' middle points, moved
     s = np.linspace(-0.35, 1.35, 200)
-    pts = (top[None] + s[:, None] * (bottom - top)[None]).astype(np.float32)
-    rgb = cv2.remap(out, pts[None, :, 0], pts[None, :, 1], cv2.INTER_LINEAR)[0]
-    lum = luma(rgb[None].astype(np.float32))[0]
+    lum = luma_along(out, top, bottom, s)
     step = float(np.linalg.norm(bottom - top)) * 1.7 / 199  # px between samples
     rim = (s > 0.9) & (s < 1.15)
     slope = np.abs(np.diff(lum[rim])).max() / step
@@ -157,33 +166,23 @@ def darkest_under_the_mouth(name: str) -> float:
     (from its moved inner edge to 0.8 x the gap's height below), the darkest luma in the
     upper half of that span, x the median of the lower half (the lip's body or chin)."""
     sample = faces.samples((name,), ("upright",))[0]
-    image, truth = sample.image, sample.truth
-    assets = still_assets(image, "facemesh", detect_box(image, truth.mean(0)))
-    r = WarpRenderer()
-    r.prepare(assets, speech(1.0, 48000, seed=3), 48000, 25, 25.0)
-    r._open[:], r._shape[:] = 1.0, 0.0  # wide open, neither spread nor rounded
-    out = r.render(0, 0, image)
-    inner = r._plan(0).moved_inner(1.0, 0.0)
+    out, inner = wide_open(sample.image, sample.truth)
     s = np.linspace(1.0, 1.8, 120)  # from the lower inner lip down, x the gap's height
     worst = []
     for upper, lower in ((1, 7), (2, 6), (3, 5)):  # inner lip points, upper and lower
-        top, bottom = inner[upper], inner[lower]
-        pts = (top[None] + s[:, None] * (bottom - top)[None]).astype(np.float32)
-        rgb = cv2.remap(out, pts[None, :, 0], pts[None, :, 1], cv2.INTER_LINEAR)[0]
-        lum = luma(rgb[None].astype(np.float32))[0]
+        lum = luma_along(out, inner[upper], inner[lower], s)
         worst.append(float(lum[s < 1.4].min() / np.median(lum[s >= 1.4])))
     return min(worst)
 
 
 def test_the_dark_seam_under_the_open_mouth_is_lifted(monkeypatch):
     """The stored closed lips' dark seam, which the warp carries down with the lower lip,
-    is lifted to the lip's own tone under an opened mouth (`warp._lift_rim`): on six test
-    faces the darkest of the lip under the mouth is never darker than without the lift,
-    and lighter by RIM_LIFT x the lip's luma on average (0.09 here: 0.27 on luispedro,
-    0.08-0.15 on grace_hopper and breakingbad_jesse, 0-0.03 on the rest, whose seam lies
-    past the band or which show their own teeth). A wider band lifted more but cost the
-    referee's lip gap on a loop (`test_a_loop_mouth_follows_the_speech`: r 0.67 at 0.08 x
-    the lower face, 0.60 at 0.10, 0.54 at 0.12)."""
+    is lifted to the painted lip tone under an opened mouth (`warp._lift_rim`): on six
+    test faces the darkest of the lip under the mouth is never darker than without the
+    lift, and lighter by RIM_LIFT x the lip's luma on average (0.09 here: 0.27 on
+    luispedro, 0.08-0.15 on grace_hopper and breakingbad_jesse, 0-0.03 on the rest,
+    whose seam lies past the band or which show their own teeth). Lifting more cost the
+    referee's lip gap (DESIGN.md, the procedural interior's compositing)."""
     from pipeline.render.renderers import warp
 
     lifted = {name: darkest_under_the_mouth(name) for name in RIM_FACES}

@@ -3,6 +3,7 @@ this process hears, a worker that dies loses nothing, and it ends with its paren
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -128,8 +129,6 @@ print(json.dumps({"parent": parent_worker, "child": child, "again": again,
 def test_a_forked_child_hears_with_a_worker_of_its_own(tmp_path):
     """A child forked while a parent's thread held the worker starts its own (the
     parent's lock and pipes are not its to use), and the parent's worker is unharmed."""
-    import json
-
     wav = espeak("Peter Piper picked a peck of pickled peppers.", tmp_path / "s.wav")
     done = subprocess.run(
         [sys.executable, "-c", FORK_SCRIPT, str(wav)],
