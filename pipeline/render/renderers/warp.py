@@ -46,7 +46,7 @@ import numpy as np
 
 from pipeline.assets import AvatarAssets
 from pipeline.render.mouth.drive import LOOKAHEAD, Drive, mouth_drive
-from pipeline.render.mouth.interior import LUMA, Style, paint
+from pipeline.render.mouth.interior import LUMA, Style, paint, smooth_step
 from pipeline.render.renderers.base import MouthPatch, blend, fit_mask, paste
 from pipeline.render.silence import DEFAULT as DEFAULT_SILENCE
 from pipeline.render.silence import SilenceParams
@@ -571,7 +571,6 @@ def _mouth_interior(
     v = np.clip((pb - gap_top) / np.maximum(height, 1e-3), 0.0, 1.0)
     colour = paint(u, v, height, style, plan.scale)
     # the lower lip's rim under the gap, for `_lift_rim`
-    below = np.clip((pb - gap_bottom) / rim_px, 0.0, 1.0)
-    rim = (pb > gap_bottom) * (1.0 - below * below * (3.0 - 2.0 * below)) * w
+    rim = (pb > gap_bottom) * (1.0 - smooth_step((pb - gap_bottom) / rim_px)) * w
     rim *= np.clip((1.0 - np.abs(u)) / 0.3, 0.0, 1.0) * (pa > nu_a[0]) * (pa < nu_a[-1])
     return (bx1, by1, bx2, by2), alpha.astype(np.float32), colour, rim.astype(np.float32)
