@@ -1,6 +1,6 @@
 """Stilling measured on real talking footage: `python -m testkit.still_real [FRAMES] [CLIP ...]`.
 
-For each clip of testkit/footage/ (all six by default), a presenter loop of its first FRAMES
+For each clip of testkit/footage/ (every one by default), a presenter loop of its first FRAMES
 frames (100: 4 s) with the sound stripped, precompiled with the still stage and without it
 (`Recipe(still="off")`), each rendered by the warp renderer speaking new words (espeak-ng,
 not the clip's), and the referee's lip gap (dlib, testkit/referee.py) correlated with the
