@@ -1,14 +1,18 @@
 """The mouth bank held out on real talking footage, as the lip-sync papers evaluate.
 
     .venv/bin/python bench/bench_mouth_real.py [--quick] [--json FILE] [--clips NAME ...]
-                                               [--seconds S] [--sheets DIR] [--docs-sheet PNG]
+                                               [--seconds S] [--bank-seconds S ...]
+                                               [--sheets DIR] [--docs-sheet PNG]
 
 Per clip of testkit/footage_manifest.toml (real people speaking to camera, their own
 recorded sound): its first 60 % (video and audio) is the persona's `speech.mp4`, from
 which precompile builds the mouth bank; the held-out frame of the remaining 40 % whose
 mouth is most closed (by the referee) is the persona's still (`portrait.png`); the
 remaining 40 %'s audio is rendered onto that still by the warp renderer (`lip_sync`, as
-`hotplate render` does). The output is compared with the clip's true frames over the
+`hotplate render` does). A clip whose first 60 % is longer than one of `--bank-seconds`
+(GRID's 40 s clip; HDTF's 8 s ones are not) is run again with the bank from only that
+many seconds just before the held-out part, on the same held-out frames: how much of
+the presenter's speech the bank needs. The output is compared with the clip's true frames over the
 held-out part, against two baselines rendered the same way: the frozen still (the
 portrait shown unchanged) and the procedural mouth (the same persona with no
 `speech.mp4`, so no bank).
@@ -49,6 +53,7 @@ from cachestore.store import forget_store, open_store
 from pipeline.precompile.recipe import Recipe
 
 HOLD_OUT = 0.4  # the share of each clip held out (the bank learns from the rest)
+BANK_SECONDS = (4.8, 12.0)  # shorter banks a long clip is also run with (HDTF's are 4.8 s)
 CANON = (-0.7, 0.7, 0.7, 1.5)  # canonical x1, x2, y1, y2 of the mouth crop SSIM is on
 PX = 80.0  # crop pixels per canonical unit
 LIP_POINTS = list(range(48, 68))
@@ -65,6 +70,15 @@ def add_arguments(ap) -> None:
         "--seconds", type=float, default=0.0, help="use the first S s of each clip (0: all)"
     )
     ap.add_argument("--step", type=int, default=1, help="judge every STEP-th held-out frame")
+    ap.add_argument(
+        "--bank-seconds",
+        type=float,
+        nargs="*",
+        default=list(BANK_SECONDS),
+        help="also run each clip whose first 60 %% is longer than S s with the bank from"
+        " only its last S s before the held-out part (the same held-out frames): how much"
+        " of the presenter's speech the bank needs",
+    )
     ap.add_argument("--sheets", type=Path, default=ROOT / "bench" / "out" / "mouth_real")
     ap.add_argument(
         "--docs-sheet", type=Path, default=None, help="one sheet: each clip's widest-open row"
@@ -133,8 +147,10 @@ def scores(truth: list[dict | None], made: list[dict | None]) -> dict[str, float
     return {"r": r, "lmd": 100.0 * lmd, "ssim": ssim, "frames": len(both)}
 
 
-def held_out(bench: Bench, name: str, fx, work: Path) -> dict:
-    """One clip: the bank from its first 60 %, the rest rendered three ways and judged."""
+def held_out(bench: Bench, name: str, fx, work: Path, bank_seconds: float = 0.0) -> dict | None:
+    """One clip: the bank from its first 60 % (or from its last `bank_seconds` of it),
+    the rest rendered three ways and judged; None where the first 60 % is no longer
+    than `bank_seconds` (the whole run already is that one)."""
     import cv2
 
     from hotplate.demo_data import write_wav
@@ -148,6 +164,11 @@ def held_out(bench: Bench, name: str, fx, work: Path) -> dict:
     if bench.args.seconds:
         n = min(n, int(round(bench.args.seconds * clip.fps)))
     split = int(round((1.0 - HOLD_OUT) * n))
+    first = 0  # the bank's first frame
+    if bank_seconds:
+        first = split - int(round(bank_seconds * clip.fps))
+        if first <= 0:
+            return None
     truth_frames = clip.frames[split : n : bench.args.step]
     truth = judged(truth_frames, fx)
     gaps = np.array([np.inf if t is None else t["gap"] for t in truth])
@@ -160,8 +181,8 @@ def held_out(bench: Bench, name: str, fx, work: Path) -> dict:
         cv2.imwrite(str(root / persona / "portrait.png"), cv2.cvtColor(still, cv2.COLOR_RGB2BGR))
     speech = footage.write_clip(
         root / name / "speech.mp4",
-        clip.frames[:split],
-        clip.audio[: clip.samples_at(split)],
+        clip.frames[first:split],
+        clip.audio[clip.samples_at(first) : clip.samples_at(split)],
         clip.sr,
         clip.fps,
     )
@@ -220,7 +241,7 @@ def held_out(bench: Bench, name: str, fx, work: Path) -> dict:
         "scores": got,
         "chain": chain,
         "rows": rows,
-        "bank_frames": split,
+        "bank_frames": split - first,
         "held_out": k,
         "held_out_seconds": round((n - split) / clip.fps, 2),
     }
@@ -314,9 +335,9 @@ def table(results: dict[str, dict]) -> str:
     with the truth's shapes (its bound)."""
     heads = ("bank", "proc", "still", "true")
     lines = [
-        f"{'clip':<15}{'frames':>7}"
+        f"{'clip':<22}{'bank':>6}{'judged':>7}"
         + "".join(f"{metric:^34}" for metric in ("lip gap r", "LMD x100", "mouth SSIM")),
-        f"{'':<22}" + "".join("  " + "".join(f"{h:>8}" for h in heads) for _ in range(3)),
+        f"{'':<35}" + "".join("  " + "".join(f"{h:>8}" for h in heads) for _ in range(3)),
     ]
     for name, res in results.items():
         s = res["scores"]
@@ -324,7 +345,7 @@ def table(results: dict[str, dict]) -> str:
             "  " + "".join(f"{s[m][metric]:>8.3f}" for m in METHODS)
             for metric in ("r", "lmd", "ssim")
         )
-        lines.append(f"{name:<15}{res['held_out']:>7}{cells}")
+        lines.append(f"{name:<22}{res['bank_frames']:>6}{res['held_out']:>7}{cells}")
     return "\n".join(lines)
 
 
@@ -336,12 +357,19 @@ def main(bench: Bench) -> None:
         bench.missing("the footage and fixtures (testkit/), run from the checkout")
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
     names = bench.args.clips or [c.name for c in footage.clips()]
-    results = {}
+    runs = [(clip, 0.0) for clip in names]
+    runs += [(clip, s) for clip in names for s in bench.args.bank_seconds]
+    results = {}  # each clip with its whole first 60 % as the bank
+    shorter = {}  # "name, bank S s": the same clip with the bank from its last S s only
     with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            work = Path(tmp) / name
+        for clip, seconds in runs:
+            name = f"{clip}, bank {seconds:g} s" if seconds else clip
+            work = Path(tmp) / name.replace(", ", "-").replace(" ", "")
             work.mkdir()
-            results[name] = res = held_out(bench, name, fx, work)
+            res = held_out(bench, clip, fx, work, seconds)
+            if res is None:
+                continue
+            (shorter if seconds else results)[name] = res
             sheet(bench.args.sheets / f"{name}.png", res["rows"])
             inputs = {
                 "loop_frames": 1,
@@ -394,12 +422,12 @@ def main(bench: Bench) -> None:
                 "r",
                 inputs=inputs,
             )
-    print(table(results))
+    print(table({**results, **shorter}))
     print("the chain, r against the truth's lip gap (held-out frames):")
-    for name, res in results.items():
+    for name, res in {**results, **shorter}.items():
         c = res["chain"]
         print(
-            f"  {name:<15} drive {c['drive']:6.3f}  cue {c['cue']:6.3f} ({c['chose']})  "
+            f"  {name:<22} drive {c['drive']:6.3f}  cue {c['cue']:6.3f} ({c['chose']})  "
             f"model {c['model']:6.3f}  shown {c['shown']:6.3f}  (shown vs target {c['search']:.3f})"
         )
     for metric, label, better in (
@@ -423,5 +451,8 @@ def main(bench: Bench) -> None:
 
 if __name__ == "__main__":
     run_bench(
-        main, __doc__, add_arguments, quick={"clips": ["katie_hill"], "seconds": 4.0, "step": 2}
+        main,
+        __doc__,
+        add_arguments,
+        quick={"clips": ["katie_hill"], "seconds": 4.0, "step": 2, "bank_seconds": []},
     )
