@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -147,10 +148,46 @@ def scores(truth: list[dict | None], made: list[dict | None]) -> dict[str, float
     return {"r": r, "lmd": 100.0 * lmd, "ssim": ssim, "frames": len(both)}
 
 
-def held_out(bench: Bench, name: str, fx, work: Path, bank_seconds: float = 0.0) -> dict | None:
-    """One clip: the bank from its first 60 % (or from its last `bank_seconds` of it),
-    the rest rendered three ways and judged; None where the first 60 % is no longer
-    than `bank_seconds` (the whole run already is that one)."""
+def held_part(bench: Bench, name: str, fx) -> dict:
+    """One clip decoded, cut at 60 %, its held-out frames judged and its still chosen:
+    what every run of the clip (`held_out`, whatever its bank) shares."""
+    from testkit import footage
+
+    clip = footage.load(name)
+    n = clip.frames.shape[0]
+    if bench.args.seconds:
+        n = min(n, int(round(bench.args.seconds * clip.fps)))
+    split = int(round((1.0 - HOLD_OUT) * n))
+    truth_frames = clip.frames[split : n : bench.args.step]
+    truth = judged(truth_frames, fx)
+    gaps = np.array([np.inf if t is None else t["gap"] for t in truth])
+    still = truth_frames[int(np.argmin(gaps))]  # the held-out frame with the mouth most shut
+    return {
+        "clip": clip,
+        "n": n,
+        "split": split,
+        "frames": truth_frames,
+        "truth": truth,
+        "gaps": gaps,
+        "still": still,
+    }
+
+
+def runs(bench: Bench, names: list[str], fx) -> Iterator[tuple[str, float, dict]]:
+    """(clip, bank seconds, its `held_part`) for each run: each clip with its whole first
+    60 % as the bank (0 s), then with each of `--bank-seconds` shorter than that; one
+    clip decoded at a time."""
+    for clip in names:
+        part = held_part(bench, clip, fx)
+        for seconds in (0.0, *bench.args.bank_seconds):
+            if not seconds or seconds * part["clip"].fps < part["split"]:
+                yield clip, seconds, part
+
+
+def held_out(bench: Bench, name: str, fx, work: Path, part: dict, first: int = 0) -> dict:
+    """One run of a clip: the bank from frames `first` to the cut of its `held_part`, the
+    rest rendered three ways and judged. The procedural mouth's render does not depend
+    on the bank: the clip's first run keeps it in `part` for the others."""
     import cv2
 
     from hotplate.demo_data import write_wav
@@ -159,21 +196,8 @@ def held_out(bench: Bench, name: str, fx, work: Path, bank_seconds: float = 0.0)
     from pipeline.precompile.run import precompile_source
     from testkit import footage
 
-    clip = footage.load(name)
-    n = clip.frames.shape[0]
-    if bench.args.seconds:
-        n = min(n, int(round(bench.args.seconds * clip.fps)))
-    split = int(round((1.0 - HOLD_OUT) * n))
-    first = 0  # the bank's first frame
-    if bank_seconds:
-        first = split - int(round(bank_seconds * clip.fps))
-        if first <= 0:
-            return None
-    truth_frames = clip.frames[split : n : bench.args.step]
-    truth = judged(truth_frames, fx)
-    gaps = np.array([np.inf if t is None else t["gap"] for t in truth])
-    still_at = int(np.argmin(gaps))  # the held-out frame with the most closed mouth
-    still = truth_frames[still_at]
+    clip, n, split, still = part["clip"], part["n"], part["split"], part["still"]
+    truth_frames, truth, gaps = part["frames"], part["truth"], part["gaps"]
 
     root = work / "personas"
     for persona in (name, f"{name}-nobank"):
@@ -198,6 +222,9 @@ def held_out(bench: Bench, name: str, fx, work: Path, bank_seconds: float = 0.0)
         if found is None:
             bench.missing(f"a mouth bank from {name}'s first 60 % (precompile made an empty one)")
         for method, persona in (("bank", name), ("procedural", f"{name}-nobank")):
+            if method in part:
+                outputs[method] = part[method]
+                continue
             out = work / f"{name}-{method}.mp4"
             outcome = lip_sync(
                 store, root, recipe, LipSyncRequest(persona, "default", wav, out, fps=clip.fps)
@@ -207,6 +234,7 @@ def held_out(bench: Bench, name: str, fx, work: Path, bank_seconds: float = 0.0)
                     f"{persona}: a render {'with' if method == 'bank' else 'without'} the bank"
                 )
             outputs[method] = fx.video_frames(out)[: n - split : bench.args.step]
+        part.setdefault("procedural", outputs["procedural"])
         outputs["oracle"] = true_shapes_render(
             store, root / name / "portrait.png", found[0], truth_frames, clip, recipe, fx
         )
@@ -216,9 +244,12 @@ def held_out(bench: Bench, name: str, fx, work: Path, bank_seconds: float = 0.0)
         forget_store(work / f"{name}-store")
     k = min(len(truth_frames), *(len(v) for v in outputs.values()))
     truth, truth_frames = truth[:k], truth_frames[:k]
-    made = {m: judged(outputs[m][:k], fx) for m in ("bank", "procedural", "oracle")}
-    still_judged = judged([still], fx)[0]
-    made["still"] = [still_judged] * k
+    if "procedural judged" not in part:
+        part["procedural judged"] = judged(outputs["procedural"][:k], fx)
+        part["still judged"] = judged([still], fx)[0]
+    made = {m: judged(outputs[m][:k], fx) for m in ("bank", "oracle")}
+    made["procedural"] = part["procedural judged"][:k]
+    made["still"] = [part["still judged"]] * k
     outputs["still"] = [still] * k
     got = {m: scores(truth, made[m]) for m in METHODS}
     truth_gaps = gaps[:k]
@@ -357,18 +388,15 @@ def main(bench: Bench) -> None:
         bench.missing("the footage and fixtures (testkit/), run from the checkout")
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
     names = bench.args.clips or [c.name for c in footage.clips()]
-    runs = [(clip, 0.0) for clip in names]
-    runs += [(clip, s) for clip in names for s in bench.args.bank_seconds]
     results = {}  # each clip with its whole first 60 % as the bank
     shorter = {}  # "name, bank S s": the same clip with the bank from its last S s only
     with tempfile.TemporaryDirectory() as tmp:
-        for clip, seconds in runs:
+        for clip, seconds, part in runs(bench, names, fx):
             name = f"{clip}, bank {seconds:g} s" if seconds else clip
             work = Path(tmp) / name.replace(", ", "-").replace(" ", "")
             work.mkdir()
-            res = held_out(bench, clip, fx, work, seconds)
-            if res is None:
-                continue
+            first = part["split"] - int(round(seconds * part["clip"].fps)) if seconds else 0
+            res = held_out(bench, clip, fx, work, part, first)
             (shorter if seconds else results)[name] = res
             sheet(bench.args.sheets / f"{name}.png", res["rows"])
             inputs = {
