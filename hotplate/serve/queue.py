@@ -232,11 +232,17 @@ class JobQueue:
 
     def _remaining(self, job: Job, now: float) -> float:
         """Seconds a running job will still take: from its progress once it has some (a
-        job past its estimate is not about to end), else its estimate less what passed."""
+        job past its estimate is not about to end), else its estimate less what passed,
+        and once past that with no progress, as long again as it has run."""
         elapsed, part = now - (job.started or now), job.fraction()
         if part > 0.05:
             return elapsed * (1 - part) / part
-        return max(0.0, self._estimate(job) - elapsed)
+        estimate = self._estimate(job)
+        if elapsed < estimate:
+            return estimate - elapsed
+        # past its estimate with no progress to go by: the estimate was wrong by a factor
+        # nobody knows, so take it as halfway (as long again as it has run), never "now"
+        return elapsed
 
     def _estimate(self, job: Job) -> float:
         size = self.times.size_of(job.persona, job.attire, job.motion)

@@ -163,6 +163,16 @@ def test_the_running_jobs_remaining_time_follows_the_clock(tmp_path):
     assert isinstance(refused, Busy) and refused.wait == pytest.approx(3.8)
 
 
+def test_a_running_job_past_its_estimate_is_not_counted_as_ending_now(tmp_path):
+    scene = Scene(tmp_path)
+    scene.seed()
+    scene.request(4.0, takes=3.4)
+    scene.queue.dispatch("worker")  # running from now, 3.4 s estimated, no progress yet
+    scene.clock.advance(10.0)  # far past its estimate, still nothing reported
+    # with nothing to go by, it runs as long again as it has run, never "ends now"
+    assert scene.queue.expected_start("render", "editor") == pytest.approx(10.0)
+
+
 def test_requests_are_estimated_by_their_own_length_before_and_after_decoding(tmp_path):
     scene = Scene(tmp_path, max_wait=None)
     scene.seed()
