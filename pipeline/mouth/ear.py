@@ -59,7 +59,9 @@ TEST_SENTENCES = frozenset(
 PENALTIES = (1.0, 10.0, 100.0, 1000.0, 10000.0)
 
 
-def frame_phones(samples: np.ndarray, sr: int, fps: float, n_frames: int) -> np.ndarray:
+def frame_phones(
+    samples: np.ndarray, sr: int, fps: float, n_frames: int, apart: bool = False
+) -> np.ndarray:
     """(n_frames, len(PHONES)) float32: each video frame's share of each phone over the
     10 ms frames it covers (the recogniser hears `samples` as one utterance)."""
     from pipeline.mouth.visemes import PHONE_FPS, phones
@@ -67,7 +69,7 @@ def frame_phones(samples: np.ndarray, sr: int, fps: float, n_frames: int) -> np.
     fine = np.zeros(int(np.ceil(samples.size / sr * PHONE_FPS)) + 2, np.int64)  # SIL
     index = {p: k for k, p in enumerate(PHONES)}
     if samples.size:
-        for phone, first, last in phones(samples, sr):
+        for phone, first, last in phones(samples, sr, apart):
             fine[first : last + 1] = index.get(phone, index["+SPN+"])
     frame = np.minimum(((np.arange(fine.size) + 0.5) / PHONE_FPS * fps).astype(np.int64), n_frames)
     out = np.zeros((n_frames + 1, len(PHONES)), np.float32)
@@ -91,11 +93,15 @@ def acoustic(samples: np.ndarray, sr: int, fps: float, n_frames: int) -> np.ndar
     return ((feats - ref.mean(0)) / (ref.std(0) + 1e-3)).astype(np.float32)
 
 
-def frame_features(samples: np.ndarray, sr: int, fps: float, n_frames: int) -> np.ndarray:
-    """(n_frames, len(PHONES) + N_CEPS) what the ear reads of each frame."""
+def frame_features(
+    samples: np.ndarray, sr: int, fps: float, n_frames: int, apart: bool = False
+) -> np.ndarray:
+    """(n_frames, len(PHONES) + N_CEPS) what the ear reads of each frame; `apart`: the
+    phones heard by the worker process (`phone_worker`)."""
     samples = np.asarray(samples, np.float32)
     return np.concatenate(
-        [frame_phones(samples, sr, fps, n_frames), acoustic(samples, sr, fps, n_frames)], 1
+        [frame_phones(samples, sr, fps, n_frames, apart), acoustic(samples, sr, fps, n_frames)],
+        1,
     )
 
 
@@ -138,9 +144,12 @@ class Ear:
         """(T, 2) normalised (opening, width) of frame features (T, F), smoothed."""
         return smooth(stacked(feats, self.context) @ self.weights, SMOOTH).astype(np.float32)
 
-    def predict(self, samples: np.ndarray, sr: int, fps: float, n_frames: int) -> np.ndarray:
-        """(n_frames, 2) normalised (opening over rest width, width over rest width - 1)."""
-        return self.predict_features(frame_features(samples, sr, fps, n_frames))
+    def predict(
+        self, samples: np.ndarray, sr: int, fps: float, n_frames: int, apart: bool = False
+    ) -> np.ndarray:
+        """(n_frames, 2) normalised (opening over rest width, width over rest width - 1)
+        of `samples` heard as one utterance."""
+        return self.predict_features(frame_features(samples, sr, fps, n_frames, apart))
 
     def scaled(self, shape: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(T,) opening and (T,) spread as the warp renderer takes them, of `predict`'s

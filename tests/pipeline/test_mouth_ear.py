@@ -36,20 +36,44 @@ def test_the_shipped_weights_load_and_say_where_they_come_from():
     assert "CC BY 4.0" in sources and "7cdd534e95aa989d9ce61c8739c64563bc496d01" in sources
 
 
-def test_the_ear_follows_a_real_utterance_it_was_not_trained_on(grid):
+@pytest.fixture(scope="module")
+def gaps(grid) -> np.ndarray:
+    """The referee's lip gap on every STEP-th frame of grid_s1's first SECONDS."""
     from testkit import mouth_fixtures as fx
     from testkit.referee import referee_points
 
+    out = []
+    for image in grid.frames[: int(SECONDS * grid.fps) : STEP]:
+        pts = referee_points(image)
+        out.append(np.nan if pts is None else fx.lip_gap(pts))
+    return np.array(out)
+
+
+def test_the_ear_follows_a_real_utterance_it_was_not_trained_on(grid, gaps):
     n = int(SECONDS * grid.fps)
     audio = grid.audio[: grid.samples_at(n)]
     opening = ear.load().openness(audio, grid.sr, grid.fps, n)
-    gaps = []
-    for image in grid.frames[:n:STEP]:
-        pts = referee_points(image)
-        gaps.append(np.nan if pts is None else fx.lip_gap(pts))
-    r = ear.correlation(opening[::STEP], np.array(gaps))
+    r = ear.correlation(opening[::STEP], gaps)
     assert r > FLOOR, f"the ear's opening follows the referee's lip gap at r {r:.3f}"
     assert opening.min() < 0.05 < 0.5 < opening.max()  # shut in the pauses, open in speech
+
+
+def test_the_drive_with_the_ear_hears_it_in_pieces_and_beats_the_phones_table(grid, gaps):
+    """A whole-file render's drive with the ear (`HOTPLATE_EAR=on`; `ear=True` here): the
+    ear heard piece by piece as the render runs, its opening and spread final per frame,
+    following the referee's lip gap better than the phones' opening table does."""
+    from pipeline.render.mouth.drive import mouth_drive
+
+    n = int(SECONDS * grid.fps)
+    audio = grid.audio[: grid.samples_at(n)]
+    by_ear = mouth_drive(audio, grid.sr, grid.fps, n, phones=True, ear=True)
+    assert len(by_ear.phones.pieces) > 2  # heard in pieces, not whole
+    opening = by_ear.ready().copy()
+    assert np.isfinite(opening).all() and np.abs(by_ear.spread).max() > 0.1
+    by_table = mouth_drive(audio, grid.sr, grid.fps, n, phones=True, ear=False).ready()
+    r_ear = ear.correlation(opening[::STEP], gaps)
+    r_table = ear.correlation(by_table[::STEP], gaps)
+    assert r_ear > FLOOR and r_ear > r_table, f"ear r {r_ear:.3f}, phones' table r {r_table:.3f}"
 
 
 def test_training_runs_end_to_end_on_real_clips(grid, tmp_path):
