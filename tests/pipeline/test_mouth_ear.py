@@ -110,3 +110,19 @@ def test_a_folder_with_no_clips_is_one_line(tmp_path, capsys):
     assert ear.main(["train", "--data", str(tmp_path)]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and str(tmp_path) in err and "<speaker>" in err
+
+
+def test_the_setting_turns_the_ear_on_for_a_render_without_a_bank(grid, monkeypatch):
+    from pipeline.render.mouth.drive import EAR_SETTING, mouth_drive
+
+    n = 100
+    audio = grid.audio[: grid.samples_at(n)]
+    monkeypatch.setenv(EAR_SETTING, "on")
+    by_setting = mouth_drive(audio, grid.sr, grid.fps, n, phones=True).ready().copy()
+    by_ear = mouth_drive(audio, grid.sr, grid.fps, n, phones=True, ear=True).ready().copy()
+    with_bank = mouth_drive(audio, grid.sr, grid.fps, n, phones=True, ear=False).ready().copy()
+    monkeypatch.setenv(EAR_SETTING, "off")
+    by_default = mouth_drive(audio, grid.sr, grid.fps, n, phones=True).ready().copy()
+    np.testing.assert_array_equal(by_setting, by_ear)
+    np.testing.assert_array_equal(by_default, with_bank)
+    assert np.abs(by_ear - by_default).max() > 0.1
