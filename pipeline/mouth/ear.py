@@ -164,6 +164,22 @@ class Ear:
         """(n_frames,) the opening as the warp renderer takes it (`scaled`)."""
         return self.scaled(self.predict(samples, sr, fps, n_frames))[0]
 
+    def calibrated(self, shape: np.ndarray, presenter: np.ndarray) -> np.ndarray:
+        """(T, 2) `predict`'s normalised (opening, width) in the presenter's canonical
+        units (`lips.mouth_shape`), by the presenter's own mouths `presenter` (N, 2+),
+        e.g. a bank's shapes: the ear says how far the mouth moves relative to its width
+        at rest, the presenter's footage says that width and how open the mouth is at
+        rest. The ear's motion is kept; the bank only sets its scale and rest."""
+        shapes = np.asarray(presenter, np.float32)[:, :2]
+        norm, rest_width = normalise(shapes)
+        ok = np.isfinite(norm).all(1)
+        quiet = ok & (norm[:, 0] <= np.percentile(norm[ok, 0], 20))
+        shift = norm[quiet].mean(0) - self.rest  # the presenter's rest, less the ear's
+        out = np.asarray(shape, np.float32) + shift
+        return np.stack(
+            [np.maximum(out[:, 0], 0.0) * rest_width, (out[:, 1] + 1.0) * rest_width], 1
+        ).astype(np.float32)
+
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(

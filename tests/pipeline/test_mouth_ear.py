@@ -126,3 +126,40 @@ def test_the_setting_turns_the_ear_on_for_a_render_without_a_bank(grid, monkeypa
     np.testing.assert_array_equal(by_setting, by_ear)
     np.testing.assert_array_equal(by_default, with_bank)
     assert np.abs(by_ear - by_default).max() > 0.1
+
+
+def test_a_presenter_s_footage_calibrates_the_ear_to_their_own_mouth(grid, tmp_path):
+    """The presenter's mouths (the face mesh on grid_s1's first 4 s, as a bank holds
+    them) set the ear's rest and scale for the next 4 s: in the presenter's canonical
+    units its opening follows theirs and sits in their range."""
+    from testkit.footage import write_clip
+
+    cut, n = 100, 200
+    piece = write_clip(
+        tmp_path / "next.mp4",
+        grid.frames[cut:n],
+        grid.audio[grid.samples_at(cut) : grid.samples_at(n)],
+        grid.sr,
+        grid.fps,
+    )
+    shapes, _, _, _ = ear.clip_shapes(piece)
+    bank = write_clip(
+        tmp_path / "bank.mp4",
+        grid.frames[:cut],
+        grid.audio[: grid.samples_at(cut)],
+        grid.sr,
+        grid.fps,
+    )
+    presenter, _, _, _ = ear.clip_shapes(bank)
+    heard = ear.load()
+    got = heard.calibrated(
+        heard.predict(
+            grid.audio[grid.samples_at(cut) : grid.samples_at(n)], grid.sr, grid.fps, n - cut
+        ),
+        presenter,
+    )
+    assert ear.correlation(got[:, 0], shapes[:, 0]) > FLOOR
+    # the same scale as the presenter's own: rest width within 10 %, openings within 2x
+    assert abs(np.median(got[:, 1]) / np.median(shapes[:, 1]) - 1.0) < 0.1
+    ratio = np.percentile(got[:, 0], 90) / np.percentile(shapes[:, 0], 90)
+    assert 0.5 < ratio < 2.0, ratio
