@@ -28,6 +28,10 @@ the eye centres), which takes out the true head's motion:
   canonical units (x100: hundredths of the eye distance);
 - SSIM of the mouth crop (canonical x -0.7..0.7, y 0.7..1.5, greyscale, 80 px a unit).
 
+Beside the renders, the ear alone (`pipeline/mouth/ear.py`, trained once on GRID's
+talker, no bank) against the truth's lip gap on the held-out frames, with today's
+whole-file drive (the phones' opening table, `visemes.phone_opening`) as its baseline.
+
 Beside them, not a baseline but a bound: the bank driven by the truth's own mouth
 shapes (the renderer's landmarker on the held-out frames), entries chosen by the same
 search and composited by the same patch ("bank, true shapes"): what the bank renders
@@ -305,7 +309,12 @@ def audio_model(store, portrait: Path, bank_key: str, audio, clip, recipe) -> di
     n_out = n_video_frames(audio.size / clip.sr, clip.fps)
     drive = mouth_drive(audio, clip.sr, clip.fps, n_out)
     mouths = BankMouths(assets, bank, audio, clip.sr, clip.fps, drive, DEFAULT)
+    from pipeline.mouth.ear import load as load_ear
+    from pipeline.mouth.visemes import phone_opening
+
     return {
+        "ear": load_ear().openness(audio, clip.sr, clip.fps, n_out),  # no bank, no speaker
+        "phones": phone_opening(audio, clip.sr, clip.fps, n_out),  # today's whole-file drive
         "drive": drive.open,
         "cue": cue_opening(bank.drive_cue, audio, clip.sr, clip.fps, n_out),
         "model": bank.predict(audio, clip.sr, clip.fps, n_out)[:, 0],
@@ -445,6 +454,15 @@ def main(bench: Bench) -> None:
                 f" and the cue's blend) as shown by the search: {c['shown']:.3f}",
             )
             bench.figure(
+                f"{name}: the ear alone (no bank) vs the truth's lip gap",
+                c["ear"],
+                "r",
+                baseline="today's whole-file drive (the phones' opening table)",
+                baseline_value=c["phones"],
+                inputs=inputs,
+                note="beats it" if c["ear"] > c["phones"] else "does not beat it",
+            )
+            bench.figure(
                 f"{name}: the bank entries' opening vs the target's",
                 c["search"],
                 "r",
@@ -455,7 +473,7 @@ def main(bench: Bench) -> None:
     for name, res in {**results, **shorter}.items():
         c = res["chain"]
         print(
-            f"  {name:<22} drive {c['drive']:6.3f}  cue {c['cue']:6.3f} ({c['chose']})  "
+            f"  {name:<22} ear {c['ear']:6.3f}  phones {c['phones']:6.3f}  drive {c['drive']:6.3f}  cue {c['cue']:6.3f} ({c['chose']})  "
             f"model {c['model']:6.3f}  shown {c['shown']:6.3f}  (shown vs target {c['search']:.3f})"
         )
     for metric, label, better in (

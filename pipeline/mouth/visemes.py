@@ -164,8 +164,14 @@ class PhoneTrack:
         lookahead: int = 3,
         gain: float = 1.0,
         weight: np.ndarray | None = None,
+        ear=None,
+        spread: np.ndarray | None = None,
     ) -> None:
-        """`opening` is `heard` x `gain` (clipped to 1) x `weight` (n_frames,), if given."""
+        """`opening` is `heard` x `gain` (clipped to 1) x `weight` (n_frames,), if given.
+        `ear` (`pipeline.mouth.ear.Ear`): `heard` is the ear's opening of each piece
+        instead of the phones' table (`gain` unused), and its spread is written into
+        `spread` (n_frames,) as each piece is heard."""
+        self._ear, self._spread = ear, spread
         self.heard = np.zeros(n_frames, np.float32)  # the co-articulated phones, final ...
         self.opening = np.zeros(n_frames, np.float32)  # ... and scaled, up to `_final`
         self._gain, self._weight = gain, weight
@@ -190,6 +196,17 @@ class PhoneTrack:
         samples, sr, fps, ahead = self._args
         a, b = piece
         cut = (int(round(a * sr / fps)), int(round(b * sr / fps)))
+        if self._ear is not None:  # the ear reads its own window, inside the piece
+            got, spread = self._ear.scaled(
+                self._ear.predict(samples[cut[0] : cut[1]], sr, fps, b - a, apart)
+            )
+            scaled = got if self._weight is None else got * self._weight[a:b]
+            with self._cond:
+                if self._spread is not None:
+                    self._spread[a:b] = spread
+                self.heard[a:b], self.opening[a:b], self._final = got, scaled, b
+                self._cond.notify_all()
+            return
         self._raw[a:b] = frame_phones(samples[cut[0] : cut[1]], sr, fps, b - a, apart)
         n = self.opening.size
         done = n if last else max(self._final, b - ahead)  # later frames need the next piece

@@ -19,11 +19,17 @@
    starts: 3 frames in a whole-file render, the one frame a live render has);
 5. silence rests the mouth (`pipeline/render/silence.py`).
 
+With the setting `HOTPLATE_EAR=on`, a whole-file render's opening and shape come from
+the ear instead (`pipeline/mouth/ear.py`: phones and cepstra to the mouth's opening and
+width, trained once on real footage), heard in the same pieces as the phones while the
+render runs (`visemes.PhoneTrack`); a render with a bank keeps the phones (its cue).
+
 All of it is array arithmetic over frames: no loop per frame.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,6 +60,12 @@ NEAR = 3  # frames either side that "around it" means
 LOOKAHEAD = 3  # whole-file renders; live renders have one frame
 SHAPE_COARTICULATION = 2.5  # ... for the shape: lips round and spread over a syllable
 WIDE_PHONES = 0.85  # the phones' opening that opens the mouth fully (ae, ao, aw, ay)
+EAR_SETTING = "HOTPLATE_EAR"  # "on": whole-file renders take the ear's opening and shape
+
+
+def ear_wanted() -> bool:
+    """Whether the setting asks for the ear (`EAR_SETTING`)."""
+    return os.environ.get(EAR_SETTING, "off").strip().lower() in ("on", "1", "true", "yes")
 
 
 @dataclass
@@ -126,11 +138,14 @@ def mouth_drive(
     lookahead: int = LOOKAHEAD,
     silence: SilenceParams | None = DEFAULT_SILENCE,
     phones: bool = False,
+    ear: bool | None = None,
 ) -> Drive:
     """Openness, shape and closures of the mouth for each of `n_out` output frames of
     `samples` (float32 mono at `sr`), looking `lookahead` frames ahead; `phones`: the
     opening from the recognised phones, heard while the caller renders (`Drive.ready`),
-    not from loudness (a whole-file render: a live one has one frame ahead)."""
+    not from loudness (a whole-file render: a live one has one frame ahead); `ear`: with
+    `phones`, the opening and shape from the ear instead (None: as the setting says,
+    `ear_wanted`; a render with a bank passes False, the bank reads the phones itself)."""
     samples = np.asarray(samples, np.float32)
     power, freqs = frame_spectra(samples, sr, fps)
     rms = frame_rms(samples, sr, fps)
@@ -183,7 +198,20 @@ def mouth_drive(
         return Drive(loud, spread, shut)
     from pipeline.mouth.visemes import PhoneTrack
 
+    heard = None
+    if ear_wanted() if ear is None else ear:  # the ear's opening and spread, per piece
+        from pipeline.mouth.ear import load
+
+        heard, spread = load(), np.zeros(n_out, np.float32)
     track = PhoneTrack(
-        samples, sr, fps, n_out, lookahead, 1.0 / WIDE_PHONES, fit(weight.astype(np.float32))
+        samples,
+        sr,
+        fps,
+        n_out,
+        lookahead,
+        1.0 / WIDE_PHONES,
+        fit(weight.astype(np.float32)),
+        heard,
+        spread,
     )
     return Drive(track.opening, spread, shut, loud, track)

@@ -160,8 +160,15 @@ class WarpRenderer:
         self, assets: AvatarAssets, audio: np.ndarray, sr: int, n_out: int, fps: float
     ) -> None:
         bank = getattr(assets, "bank", None)
-        drive = mouth_drive(
-            audio, sr, fps, n_out, self.lookahead, self.silence, self._hears_phones(bank)
+        drive = mouth_drive(  # the ear (where the setting asks) only without a bank
+            audio,
+            sr,
+            fps,
+            n_out,
+            self.lookahead,
+            self.silence,
+            self._hears_phones(bank),
+            ear=False if bank is not None else None,
         )
         self._drive, self._open, self._shape = drive, drive.open, drive.spread
         if assets is not self._assets:  # plans depend on the stored frames only
