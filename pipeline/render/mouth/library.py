@@ -51,7 +51,9 @@ SIGMA = (0.035, 0.08)  # blend widths over (opening, width), canonical units
 NEAREST = 4  # entries blended per frame
 GAIN_L = (0.6, 1.5)  # bounds of the colour match's contrast: L ...
 GAIN_AB = (0.0, 1.6)  # ... and of a, b
-TEETH_TINT = 0.5  # share of the chroma the lightest parts lose
+TEETH_TINT = 0.7  # share of the chroma the lightest parts lose
+LIP_EDGE = 0.02  # canonical v above which the texture turns to the face's lip colour
+PARTED = 0.04  # canonical units the teeth part by before the cavity between is dark
 CAVITY = 0.35  # the cavity opened past the entries: at most this x the lips' luma
 GRAIN_MAX = 12.0  # the photo's grain added, at most this (8-bit units)
 NOISE_SIZE = 256  # the fixed noise field's side, px
@@ -73,9 +75,13 @@ class MouthLibrary:
         """(entries, weights) blended for a mouth shape (opening, width)."""
         d = (self.shapes - np.asarray(shape, np.float32)) / np.asarray(SIGMA, np.float32)
         d2 = (d * d).sum(1)
-        k = min(NEAREST, self.size)
-        near = np.argpartition(d2, k - 1)[:k] if k < self.size else np.arange(self.size)
-        w = np.exp(-0.5 * (d2[near] - d2[near].min()))
+        order = np.argsort(d2, kind="stable")
+        near = order[: min(NEAREST, self.size)]
+        g = np.exp(-0.5 * (d2 - d2[order[0]]))
+        # less the weight of the first entry left out, so an entry joins or leaves the
+        # blend at weight 0 as the shape moves: no jump when the nearest set changes
+        w = g[near] - (g[order[NEAREST]] if self.size > NEAREST else 0.0)
+        w = np.maximum(w, 0.0) + 1e-6
         return near, (w / w.sum()).astype(np.float32)
 
     def blend(self, shape: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
@@ -271,7 +277,9 @@ def opened_to(
     ramp = max(min(0.02, extra / 2), 1e-3)
     into = np.minimum(ev - split, split + extra - ev)  # canonical units into the cavity
     c = np.clip(into / ramp, 0.0, 1.0)
-    c = c * c * (3.0 - 2.0 * c)
+    # a cavity only where the teeth part enough to show one: a thin parting stays the
+    # entries' own (forced dark, it read as a drawn black line across the teeth)
+    c = c * c * (3.0 - 2.0 * c) * float(np.clip(extra / PARTED, 0.0, 1.0))
     depth = 1.0 - 0.4 * np.clip(into / max(extra / 2, 1e-3), 0.0, 1.0)  # darker inside
     out = (
         out * (1.0 - c)[:, None, None]
@@ -337,6 +345,13 @@ class LibraryMouth:
             v = teeth + below_gap * unit
         lips = rgb_of(face.lips[0][None])[0]
         darkest = CAVITY * float(lips @ np.array([0.299, 0.587, 0.114], np.float32))
+        # the upper lip's inner edge is the face's lip: the entries' top rows hold
+        # the shadow under GRID's upper lip, which on another face's lip line read as
+        # a dark outline over the teeth
+        rows = tex.shape[0]
+        rv = V_RANGE[0] + (np.arange(rows) + 0.5) / rows * (V_RANGE[1] - V_RANGE[0])
+        lip = np.clip((LIP_EDGE - rv) / (LIP_EDGE - V_RANGE[0]), 0.0, 1.0)[:, None, None]
+        tex = tex * (1.0 - lip) + lips[None, None, :] * lip
         tex, v_end, squeeze = opened_to(tex, float(shape[0]), opening, darkest)
         v = v * squeeze
         rows, cols = tex.shape[:2]

@@ -173,9 +173,12 @@ class WarpRenderer:
             self._library = None
         self._assets = assets
         self._bank = None
-        if bank is None and self._library is None:
+        if bank is None:
             library = default_library()  # None: unreadable (one warning) or off
-            self._library = None if library is None else LibraryMouth(library)
+            if library is None:
+                self._library = None
+            elif self._library is None or self._library.library is not library:
+                self._library = LibraryMouth(library)
         if bank is not None:
             from pipeline.render.mouth.from_bank import BankMouths
 
@@ -570,11 +573,14 @@ def _mouth_interior(
     w = w * w * (3.0 - 2.0 * w)
     if not style.source_teeth:
         gap_bottom = gap_bottom + w * (lower_new - gap_bottom)
-        if library is not None:
-            # the library's mouth has its own upper lip edge: the stored seam's upper
-            # share, a dark line over the teeth, is covered too
-            gap_top = gap_top + w * (upper_new - gap_top)
         height = gap_bottom - gap_top
+        if library is not None:
+            # the library's mouth has its own upper lip edge (in the face's lip colour):
+            # the stored seam's upper share and the upper lip's dark rim carried up with
+            # it, a dark line over the teeth, are covered too
+            gap_top = gap_top + w * (upper_new - 1.5 * edge - gap_top)
+    opened_px = height  # how far the gap is open (the alpha's taper at the corners)
+    height = gap_bottom - gap_top
 
     def soft(x: np.ndarray, width: float) -> np.ndarray:  # 0 to 1 over `width` px
         x = np.clip(x / width + 0.5, 0.0, 1.0)
@@ -586,7 +592,7 @@ def _mouth_interior(
     # shaded over, not left as a cut. (The upper edge reaching into the upper lip too
     # cost the referee's lip gap r 0.54 against the speech on luispedro, 0.66 without.)
     alpha = soft(pb - gap_top, edge) * soft(gap_bottom - pb + 0.5 * w * low_edge, low_edge)
-    alpha *= np.clip(height / edge, 0.0, 1.0)
+    alpha *= np.clip(opened_px / edge, 0.0, 1.0)
     # gap coordinates: u across from corner (-1) to corner (+1), v down the gap (0 to 1)
     centre, half = (nu_a[0] + nu_a[-1]) / 2, max((nu_a[-1] - nu_a[0]) / 2, 1.0)
     u = np.clip((pa - centre) / half, -1.0, 1.0)
