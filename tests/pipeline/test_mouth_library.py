@@ -156,11 +156,11 @@ def test_a_still_opens_a_real_mouth_with_no_outline(renders, tmp_path):
         w = float(np.ptp(lm[48:68, 0]))
         x1, y1 = int(max(c[0] - w, 0)), int(max(c[1] - 0.7 * w, 0))
         x2, y2 = int(c[0] + w), int(c[1] + 0.9 * w)
-        size = (320, int(round(320 * (y2 - y1) / (x2 - x1))))
+        size = (240, int(round(240 * (y2 - y1) / (x2 - x1))))
         crops = [cv2.resize(im[y1:y2, x1:x2], size) for im in (s.image, half, wide, painted)]
         sheet_rows = np.concatenate(crops, 1)
-        if sheet_rows.shape[0] != 256:
-            sheet_rows = cv2.resize(sheet_rows, (sheet_rows.shape[1], 256))
+        if sheet_rows.shape[0] != 192:
+            sheet_rows = cv2.resize(sheet_rows, (sheet_rows.shape[1], 192))
         rows.append(sheet_rows)
     folder = Path(os.environ.get("HOTPLATE_TEST_SHEETS", tmp_path))
     sheet = np.concatenate([r for r in rows if isinstance(r, np.ndarray)], 0)

@@ -51,8 +51,11 @@ SIGMA = (0.035, 0.08)  # blend widths over (opening, width), canonical units
 NEAREST = 4  # entries blended per frame
 GAIN_L = (0.6, 1.5)  # bounds of the colour match's contrast: L ...
 GAIN_AB = (0.0, 1.6)  # ... and of a, b
+GAIN_UP = (1.0, 3.0)  # ... and of L above the lips' (the teeth)
+TEETH_L = 15.0  # the teeth's brightest: the skin's L plus this
 TEETH_TINT = 0.7  # share of the chroma the lightest parts lose
 LIP_EDGE = 0.02  # canonical v above which the texture turns to the face's lip colour
+TONGUE = 0.6  # the tongue's back low in a wide cavity: the lips' colour x this
 PARTED = 0.04  # canonical units the teeth part by before the cavity between is dark
 CAVITY = 0.35  # the cavity opened past the entries: at most this x the lips' luma
 GRAIN_MAX = 12.0  # the photo's grain added, at most this (8-bit units)
@@ -178,10 +181,11 @@ def stats_box(lips: np.ndarray, width: int, height: int) -> tuple[int, int, int,
     return max(x1, 0), max(y1, 0), min(x2, width), min(y2, height)
 
 
-def lips_stats(frame: np.ndarray, lm: np.ndarray) -> tuple[np.ndarray, float] | None:
+def lips_stats(frame: np.ndarray, lm: np.ndarray) -> tuple[np.ndarray, float, float] | None:
     """((2, 3) Lab mean and std of the lips ring (outer lips 48-59 less the inner
-    60-67), the skin's grain around the mouth (8-bit std of its high frequencies)), from
-    one frame's landmarks (68, 2); None where the lips cannot be read."""
+    60-67), the skin's grain around the mouth (8-bit std of its high frequencies), the
+    skin's median L there), from one frame's landmarks (68, 2); None where the lips
+    cannot be read."""
     import cv2
 
     lips = np.asarray(lm[48:60], np.float32)
@@ -204,7 +208,9 @@ def lips_stats(frame: np.ndarray, lm: np.ndarray) -> tuple[np.ndarray, float] | 
     high = grey - cv2.GaussianBlur(grey, (0, 0), 1.5)
     skin = high[outer == 0]
     grain = float(1.4826 * np.median(np.abs(skin - np.median(skin)))) if skin.size > 16 else 0.0
-    return stats, grain
+    around = patch[outer == 0]
+    skin_l = float(np.median(lab(around)[:, 0])) if around.shape[0] > 16 else float(stats[0, 0])
+    return stats, grain, skin_l
 
 
 @dataclass(frozen=True)
@@ -215,6 +221,7 @@ class FaceMatch:
     lips: np.ndarray  # (2, 3) Lab mean and std of the lips ring
     grain: float
     canonical: np.ndarray  # (2, 3)
+    skin: float  # the skin's median L around the mouth
 
     @classmethod
     def of(cls, frame: np.ndarray, lm: np.ndarray) -> FaceMatch | None:
@@ -223,7 +230,7 @@ class FaceMatch:
         got = lips_stats(frame, lm)
         if got is None:
             return None
-        return cls(got[0], got[1], to_canonical(np.asarray(lm, np.float64)))
+        return cls(got[0], got[1], to_canonical(np.asarray(lm, np.float64)), got[2])
 
 
 @cache
@@ -238,7 +245,11 @@ def _noise() -> np.ndarray:
 
 
 def opened_to(
-    tex: np.ndarray, height: float, opening: float, darkest: float = 255.0
+    tex: np.ndarray,
+    height: float,
+    opening: float,
+    darkest: float = 255.0,
+    tongue: np.ndarray | None = None,
 ) -> tuple[np.ndarray, float, float]:
     """(texture, its last row's v, v's scale) of a texture `opening` open refitted to a
     mouth `height` open. Opened wider than its entries, the mouth keeps the entries' upper
@@ -280,11 +291,17 @@ def opened_to(
     # a cavity only where the teeth part enough to show one: a thin parting stays the
     # entries' own (forced dark, it read as a drawn black line across the teeth)
     c = c * c * (3.0 - 2.0 * c) * float(np.clip(extra / PARTED, 0.0, 1.0))
-    depth = 1.0 - 0.4 * np.clip(into / max(extra / 2, 1e-3), 0.0, 1.0)  # darker inside
-    out = (
-        out * (1.0 - c)[:, None, None]
-        + (cavity[None, None, :] * depth[:, None, None]) * c[:, None, None]
-    )
+    # the cavity is not flat: darkest under the upper teeth and towards the corners
+    # (the cheeks' shade), lifted low in the middle towards `tongue` (a colour: the
+    # tongue's back, lit from the front), a flat dark band read as drawn
+    down = np.clip((ev - split) / max(extra, 1e-3), 0.0, 1.0)[:, None, None]
+    u = np.linspace(U_RANGE[0], U_RANGE[1], cols)[None, :, None]
+    middle = np.clip(1.0 - u * u, 0.0, 1.0)
+    fill = cavity[None, None, :] * (0.7 + 0.3 * middle) * (0.75 + 0.25 * down)
+    if tongue is not None:
+        lift = 0.5 * middle * down * down
+        fill = fill + lift * (np.asarray(tongue, np.float32)[None, None, :] - fill)
+    out = out * (1.0 - c)[:, None, None] + fill * c[:, None, None]
     return out.astype(np.float32), V_RANGE[0] + n * dv, 1.0
 
 
@@ -297,7 +314,12 @@ def matched(texture: np.ndarray, source: np.ndarray, face: FaceMatch) -> np.ndar
     in a grey photo.)"""
     t = lab(texture)
     gain = np.clip(face.lips[1, 0] / source[1, 0], *GAIN_L)
-    t[..., 0] = np.clip((t[..., 0] - source[0, 0]) * gain + face.lips[0, 0], 0.0, 100.0)
+    # above the lips' lightness, the teeth: their brightest brought to the face's skin
+    # plus TEETH_L (GRID's MPEG-1 frames dulled them: grey teeth beside the truth's white)
+    top = float(np.quantile(t[..., 0], 0.97)) - source[0, 0]
+    up = np.clip((min(face.skin + TEETH_L, 95.0) - face.lips[0, 0]) / max(top, 1.0), *GAIN_UP)
+    d = t[..., 0] - source[0, 0]
+    t[..., 0] = np.clip(np.where(d > 0, d * up, d * gain) + face.lips[0, 0], 0.0, 100.0)
     ratio = face.lips[0, 1:] / np.where(np.abs(source[0, 1:]) > 1.0, source[0, 1:], 1.0)
     t[..., 1:] *= np.clip(ratio, *GAIN_AB)
     # what is much lighter than the lips (teeth) keeps less of their tint: GRID's warm
@@ -352,7 +374,7 @@ class LibraryMouth:
         rv = V_RANGE[0] + (np.arange(rows) + 0.5) / rows * (V_RANGE[1] - V_RANGE[0])
         lip = np.clip((LIP_EDGE - rv) / (LIP_EDGE - V_RANGE[0]), 0.0, 1.0)[:, None, None]
         tex = tex * (1.0 - lip) + lips[None, None, :] * lip
-        tex, v_end, squeeze = opened_to(tex, float(shape[0]), opening, darkest)
+        tex, v_end, squeeze = opened_to(tex, float(shape[0]), opening, darkest, lips * TONGUE)
         v = v * squeeze
         rows, cols = tex.shape[:2]
         mx = (u - U_RANGE[0]) / (U_RANGE[1] - U_RANGE[0]) * cols - 0.5
