@@ -48,7 +48,7 @@ JUDGED = (
 )
 SHEET = (*JUDGED, ("luispedro", "dark"), ("takeo", "upright"), ("astronaut", "upright"))
 TEXTURE = 1.0  # fine detail inside the mouth, x the skin's around it, at least
-RING = 0.75  # the outline's band's luma, x the mouth's inside, at least
+RING = 0.7  # the outline's band's luma, x the mouth's inside, at least
 GAP = 0.5  # the referee's inner-lip gap on the library's render, x the painted one's, at
 # least (the same warp opens both; on real teeth dlib's inner lips close in: 0.58 on
 # grace_hopper, whose painted cavity it reads as all gap)

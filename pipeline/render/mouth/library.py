@@ -53,9 +53,11 @@ GAIN_L = (0.6, 1.5)  # bounds of the colour match's contrast: L ...
 GAIN_AB = (0.0, 1.6)  # ... and of a, b
 GAIN_UP = (1.0, 3.0)  # ... and of L above the lips' (the teeth)
 TEETH_L = 15.0  # the teeth's brightest: the skin's L plus this
-TEETH_TINT = 0.7  # share of the chroma the lightest parts lose
+TEETH_TINT = 0.25  # the teeth's tint: this share of the lips' (a, b)
 LIP_EDGE = 0.02  # canonical v above which the texture turns to the face's lip colour
 TONGUE = 0.6  # the tongue's back low in a wide cavity: the lips' colour x this
+BITE = 1.0  # of an entry's opening, what its teeth fill: GRID's talker speaks with his
+# teeth almost together, real speakers part them (a cavity shows at lesser openings)
 PARTED = 0.04  # canonical units the teeth part by before the cavity between is dark
 CAVITY = 0.35  # the cavity opened past the entries: at most this x the lips' luma
 GRAIN_MAX = 12.0  # the photo's grain added, at most this (8-bit units)
@@ -250,59 +252,60 @@ def opened_to(
     opening: float,
     darkest: float = 255.0,
     tongue: np.ndarray | None = None,
-) -> tuple[np.ndarray, float, float]:
-    """(texture, its last row's v, v's scale) of a texture `opening` open refitted to a
-    mouth `height` open. Opened wider than its entries, the mouth keeps the entries' upper
-    teeth at the top and their lower teeth and lower lip's edge at the bottom, parted
-    at the row where the texture is darkest between them (where they bite), and the
-    cavity between them is the texture's own darkest colour, darker still in its
-    middle: the teeth keep their size (stretched, they read as long stripes; the
-    parting row repeated, as grey bars), no lighter than luma `darkest` (GRID's
-    talker barely opens: his darkest is the line where his teeth meet, not a cavity).
-    Opened less, the texture is squeezed to fit."""
+) -> tuple[np.ndarray, float]:
+    """(texture, its last row's v) of a texture `opening` open refitted to a mouth
+    `height` open: the entries' upper teeth stay at the top and their lower teeth and
+    lower lip's edge at the bottom, both at their real size, parted at the row where
+    the texture is darkest between them (where they bite). A mouth open less than
+    BITE x the entries loses the rows where their teeth overlap; one open more shows a
+    cavity between them, shaded from the texture's own darkest colour (no lighter than
+    luma `darkest`: GRID's talker barely parts his teeth) towards `tongue` low in the
+    middle. (Stretched, the teeth read as long stripes; the parting row repeated, as
+    grey bars; a flat dark band, as drawn.)"""
     rows, cols = TEX
     dv = (V_RANGE[1] - V_RANGE[0]) / rows
     rv = V_RANGE[0] + (np.arange(rows) + 0.5) * dv
-    if height <= opening:
-        return tex, V_RANGE[1], opening / max(height, 1e-3)
-    luma = tex @ np.array([0.299, 0.587, 0.114], np.float32)
-    mid = luma[:, cols // 3 : 2 * cols // 3].mean(1)
+    luma_w = np.array([0.299, 0.587, 0.114], np.float32)
+    mid = (tex @ luma_w)[:, cols // 3 : 2 * cols // 3].mean(1)
     between = (rv > 0.45 * opening) & (rv < 0.8 * opening)
     split = float(rv[between][np.argmin(mid[between])]) if between.any() else opening / 2
-    inside = (rv > 0.0) & (rv < opening)
-    px = tex[inside][:, cols // 8 : -cols // 8].reshape(-1, 3)
-    dark = px[
-        np.argsort(px @ np.array([0.299, 0.587, 0.114], np.float32))[: max(8, px.shape[0] // 10)]
-    ]
-    cavity = dark.mean(0)
-    cavity *= min(1.0, darkest / max(float(cavity @ np.array([0.299, 0.587, 0.114])), 1.0))
-    extra = height - opening
-    n = rows + int(np.ceil(extra / dv))
+    bite = BITE * opening
+    if height <= bite:
+        cut, extra = opening - max(height, 0.0), 0.0
+    else:
+        cut, extra = opening - bite, height - bite
+    v_end = max(height, 0.0) + (V_RANGE[1] - opening)
+    n = max(int(np.ceil((v_end - V_RANGE[0]) / dv)), 2)
     ev = V_RANGE[0] + (np.arange(n) + 0.5) * dv
-    src = np.where(ev <= split, ev, np.where(ev >= split + extra, ev - extra, split))
+    src = np.where(ev <= split, ev, np.where(ev >= split + extra, ev - extra + cut, split))
     at = np.clip((src - V_RANGE[0]) / dv - 0.5, 0.0, rows - 1.0)
     lo = np.floor(at).astype(int)
     hi = np.minimum(lo + 1, rows - 1)
     f = (at - lo)[:, None, None].astype(np.float32)
     out = tex[lo] * (1.0 - f) + tex[hi] * f
-    ramp = max(min(0.02, extra / 2), 1e-3)
-    into = np.minimum(ev - split, split + extra - ev)  # canonical units into the cavity
-    c = np.clip(into / ramp, 0.0, 1.0)
-    # a cavity only where the teeth part enough to show one: a thin parting stays the
-    # entries' own (forced dark, it read as a drawn black line across the teeth)
-    c = c * c * (3.0 - 2.0 * c) * float(np.clip(extra / PARTED, 0.0, 1.0))
-    # the cavity is not flat: darkest under the upper teeth and towards the corners
-    # (the cheeks' shade), lifted low in the middle towards `tongue` (a colour: the
-    # tongue's back, lit from the front), a flat dark band read as drawn
-    down = np.clip((ev - split) / max(extra, 1e-3), 0.0, 1.0)[:, None, None]
-    u = np.linspace(U_RANGE[0], U_RANGE[1], cols)[None, :, None]
-    middle = np.clip(1.0 - u * u, 0.0, 1.0)
-    fill = cavity[None, None, :] * (0.7 + 0.3 * middle) * (0.75 + 0.25 * down)
-    if tongue is not None:
-        lift = 0.5 * middle * down * down
-        fill = fill + lift * (np.asarray(tongue, np.float32)[None, None, :] - fill)
-    out = out * (1.0 - c)[:, None, None] + fill * c[:, None, None]
-    return out.astype(np.float32), V_RANGE[0] + n * dv, 1.0
+    if extra > 0.0:
+        inside = (rv > 0.0) & (rv < opening)
+        px = tex[inside][:, cols // 8 : -cols // 8].reshape(-1, 3)
+        dark = px[np.argsort(px @ luma_w)[: max(8, px.shape[0] // 10)]]
+        cavity = dark.mean(0)
+        cavity *= min(1.0, darkest / max(float(cavity @ luma_w), 1.0))
+        ramp = max(min(0.02, extra / 2), 1e-3)
+        into = np.minimum(ev - split, split + extra - ev)  # canonical units into the cavity
+        c = np.clip(into / ramp, 0.0, 1.0)
+        # a cavity only where the teeth part enough to show one: a thin parting stays
+        # the entries' own (forced dark, it read as a drawn black line across the teeth)
+        c = c * c * (3.0 - 2.0 * c) * float(np.clip(extra / PARTED, 0.0, 1.0))
+        # darkest under the upper teeth and towards the corners (the cheeks' shade),
+        # lifted low in the middle towards the tongue's back
+        down = np.clip((ev - split) / max(extra, 1e-3), 0.0, 1.0)[:, None, None]
+        u = np.linspace(U_RANGE[0], U_RANGE[1], cols)[None, :, None]
+        middle = np.clip(1.0 - u * u, 0.0, 1.0)
+        fill = cavity[None, None, :] * (0.7 + 0.3 * middle) * (0.75 + 0.25 * down)
+        if tongue is not None:
+            lift = 0.5 * middle * down * down
+            fill = fill + lift * (np.asarray(tongue, np.float32)[None, None, :] - fill)
+        out = out * (1.0 - c)[:, None, None] + fill * c[:, None, None]
+    return out.astype(np.float32), V_RANGE[0] + n * dv
 
 
 def matched(texture: np.ndarray, source: np.ndarray, face: FaceMatch) -> np.ndarray:
@@ -322,10 +325,10 @@ def matched(texture: np.ndarray, source: np.ndarray, face: FaceMatch) -> np.ndar
     t[..., 0] = np.clip(np.where(d > 0, d * up, d * gain) + face.lips[0, 0], 0.0, 100.0)
     ratio = face.lips[0, 1:] / np.where(np.abs(source[0, 1:]) > 1.0, source[0, 1:], 1.0)
     t[..., 1:] *= np.clip(ratio, *GAIN_AB)
-    # what is much lighter than the lips (teeth) keeps less of their tint: GRID's warm
-    # white balance turned teeth green-yellow
-    light = np.clip((t[..., 0] - face.lips[0, 0]) / 25.0, 0.0, 1.0)
-    t[..., 1:] *= (1.0 - TEETH_TINT * light)[..., None]
+    # what is much lighter than the lips (the teeth) takes a share of the lips' tint,
+    # not its own: GRID's teeth are green-yellow (a* below 0), which no lip ratio fixes
+    light = np.clip((t[..., 0] - face.lips[0, 0]) / 20.0, 0.0, 1.0)[..., None]
+    t[..., 1:] = t[..., 1:] * (1.0 - light) + light * TEETH_TINT * face.lips[0, 1:]
     return np.clip(rgb_of(t), 0.0, 255.0)
 
 
@@ -374,8 +377,7 @@ class LibraryMouth:
         rv = V_RANGE[0] + (np.arange(rows) + 0.5) / rows * (V_RANGE[1] - V_RANGE[0])
         lip = np.clip((LIP_EDGE - rv) / (LIP_EDGE - V_RANGE[0]), 0.0, 1.0)[:, None, None]
         tex = tex * (1.0 - lip) + lips[None, None, :] * lip
-        tex, v_end, squeeze = opened_to(tex, float(shape[0]), opening, darkest, lips * TONGUE)
-        v = v * squeeze
+        tex, v_end = opened_to(tex, float(shape[0]), opening, darkest, lips * TONGUE)
         rows, cols = tex.shape[:2]
         mx = (u - U_RANGE[0]) / (U_RANGE[1] - U_RANGE[0]) * cols - 0.5
         my = (v - V_RANGE[0]) / (v_end - V_RANGE[0]) * rows - 0.5
