@@ -81,9 +81,10 @@ def resolve(
         )
     mouth = None
     if (backend or settings.renderer) == "warp":
+        from pipeline.media import is_still
         from pipeline.render.mouth.library import library_path, mouth_kind
 
-        mouth = {"kind": mouth_kind(bank is not None)}
+        mouth = {"kind": mouth_kind(bank is not None, is_still(found.path))}
         if mouth["kind"] == "library":
             mouth["library"] = str(library_path())
     why = None if hot or store is None else why_cold(store, p)
@@ -127,7 +128,7 @@ def resolve(
 MOUTHS = {  # what `hotplate resolve` says of the mouth a warp render shows
     "bank": "bank: the presenter's own mouths, from their footage",
     "library": "library: real mouths from the default mouth library, matched to the face",
-    "painted": "painted: the mouth library is missing or unreadable; reinstall hotplate",
+    "painted": "painted (a loop with no bank, or the mouth library unreadable or off)",
 }
 
 

@@ -140,11 +140,12 @@ def read_library(path: Path) -> MouthLibrary:
     return MouthLibrary(tex, shapes, lips, teeth, path)
 
 
-def mouth_kind(has_bank: bool) -> str:
-    """Which mouth a warp render shows: "bank", "library" or "painted"."""
+def mouth_kind(has_bank: bool, still: bool) -> str:
+    """Which mouth a warp render shows: "bank", "library" (a still with no bank) or
+    "painted" (a loop with no bank, or the library unreadable or off)."""
     if has_bank:
         return "bank"
-    return "library" if default_library() is not None else "painted"
+    return "library" if still and default_library() is not None else "painted"
 
 
 INNER_PAIRS = ((61, 67), (62, 66), (63, 65))
@@ -246,6 +247,17 @@ def _noise() -> np.ndarray:
     return n / max(float(n.std()), 1e-6)
 
 
+def parting(tex: np.ndarray, opening: float) -> float:
+    """v of the row where a texture `opening` open is darkest between its teeth, down
+    its middle third: where the upper teeth meet the lower."""
+    rows, cols = TEX
+    dv = (V_RANGE[1] - V_RANGE[0]) / rows
+    rv = V_RANGE[0] + (np.arange(rows) + 0.5) * dv
+    mid = (tex @ np.array([0.299, 0.587, 0.114], np.float32))[:, cols // 3 : 2 * cols // 3]
+    between = (rv > 0.45 * opening) & (rv < 0.8 * opening)
+    return float(rv[between][np.argmin(mid.mean(1)[between])]) if between.any() else opening / 2
+
+
 def opened_to(
     tex: np.ndarray,
     height: float,
@@ -266,9 +278,7 @@ def opened_to(
     dv = (V_RANGE[1] - V_RANGE[0]) / rows
     rv = V_RANGE[0] + (np.arange(rows) + 0.5) * dv
     luma_w = np.array([0.299, 0.587, 0.114], np.float32)
-    mid = (tex @ luma_w)[:, cols // 3 : 2 * cols // 3].mean(1)
-    between = (rv > 0.45 * opening) & (rv < 0.8 * opening)
-    split = float(rv[between][np.argmin(mid[between])]) if between.any() else opening / 2
+    split = parting(tex, opening)
     bite = BITE * opening
     if height <= bite:
         cut, extra = opening - max(height, 0.0), 0.0
@@ -377,8 +387,16 @@ class LibraryMouth:
         tex = matched(tex, source, face)
         unit = float(np.linalg.norm(face.canonical[0, :2]))  # canonical units per px
         v = depth * unit
+        height = float(shape[0])
         if from_teeth:
-            v = teeth + below_gap * unit
+            # the stored frame's own upper teeth are above the gap: it shows what is
+            # under the entries' upper teeth (the cavity, the lower teeth), not their
+            # upper teeth again (read from an entry's teeth_v, often 0 on GRID's dull
+            # teeth: teeth under teeth, and the referee saw the mouth shut: takeo's
+            # still followed the speech at r 0.07 against the painted mouth's 0.71)
+            split = parting(tex, opening)
+            v = split + below_gap * unit
+            height = max(height, split + float(below_gap.max(initial=0.0)) * unit)
         lips = rgb_of(face.lips[0][None])[0]
         darkest = CAVITY * float(lips @ np.array([0.299, 0.587, 0.114], np.float32))
         # the upper lip's inner edge is the face's lip: the entries' top rows hold
@@ -388,7 +406,7 @@ class LibraryMouth:
         rv = V_RANGE[0] + (np.arange(rows) + 0.5) / rows * (V_RANGE[1] - V_RANGE[0])
         lip = np.clip((LIP_EDGE - rv) / (LIP_EDGE - V_RANGE[0]), 0.0, 1.0)[:, None, None]
         tex = tex * (1.0 - lip) + lips[None, None, :] * lip
-        tex, v_end = opened_to(tex, float(shape[0]), opening, darkest, lips * TONGUE)
+        tex, v_end = opened_to(tex, height, opening, darkest, lips * TONGUE)
         rows, cols = tex.shape[:2]
         mx = (u - U_RANGE[0]) / (U_RANGE[1] - U_RANGE[0]) * cols - 0.5
         my = (v - V_RANGE[0]) / (v_end - V_RANGE[0]) * rows - 0.5

@@ -173,7 +173,10 @@ class WarpRenderer:
             self._library = None
         self._assets = assets
         self._bank = None
-        if bank is None:
+        if bank is None and assets.n_frames == 1:
+            # a still (the library's scope: on takeo's 40-frame loop the referee's lip
+            # gap followed the speech at r 0.17 with it against 0.6 and more painted; a
+            # loop's own mouths are the bank's to give)
             library = default_library()  # None: unreadable (one warning) or off
             if library is None:
                 self._library = None
@@ -577,7 +580,10 @@ def _mouth_interior(
         if library is not None:
             # the library's mouth has its own upper lip edge (in the face's lip colour):
             # the stored seam's upper share and the upper lip's dark rim carried up with
-            # it, a dark line over the teeth, are covered too
+            # it, a dark line over the teeth, are covered too. (Covering neither, the
+            # referee's lip gap on grace_hopper's wide-open still shut to 11 px against
+            # 20-28 covered and 36 painted; on takeo's still it followed the speech at r
+            # 0.14 uncovered, 0.07 covered, the painted 0.71: noise beside that gap.)
             gap_top = gap_top + w * (upper_new - 1.5 * edge - gap_top)
     opened_px = height  # how far the gap is open (the alpha's taper at the corners)
     height = gap_bottom - gap_top
