@@ -13,9 +13,11 @@ remaining 40 %'s audio is rendered onto that still by the warp renderer (`lip_sy
 (GRID's 40 s clip; HDTF's 8 s ones are not) is run again with the bank from only that
 many seconds just before the held-out part, on the same held-out frames: how much of
 the presenter's speech the bank needs. The output is compared with the clip's true frames over the
-held-out part, against two baselines rendered the same way: the frozen still (the
-portrait shown unchanged) and the procedural mouth (the same persona with no
-`speech.mp4`, so no bank).
+held-out part, against three baselines rendered the same way: the frozen still (the
+portrait shown unchanged), the library (the same persona with no `speech.mp4`, so no
+bank: the default mouth library's real mouths, `pipeline/render/mouth/library.py`) and
+the procedural mouth (no bank and no library: `HOTPLATE_MOUTH_LIBRARY=off`, the
+painted interior).
 
 Everything is judged by the referee (dlib's 68 points, testkit/referee.py), never by the
 renderer's face mesh. Each frame is aligned to the canonical face (a similarity fitted
@@ -26,7 +28,12 @@ the eye centres), which takes out the true head's motion:
   the mouth's width, output against truth (a frozen mouth does not move: its r is 0);
 - LMD: the mean distance of the 20 lip points (48-67) from the truth's, aligned, in
   canonical units (x100: hundredths of the eye distance);
-- SSIM of the mouth crop (canonical x -0.7..0.7, y 0.7..1.5, greyscale, 80 px a unit).
+- SSIM of the mouth crop (canonical x -0.7..0.7, y 0.7..1.5, greyscale, 80 px a unit);
+- inside FD: how far the colours inside the mouth are from the truth's, the Frechet
+  distance between Gaussians fitted to the Lab pixels (L 0-100) of the mouth crops
+  inside the referee's inner-lip outline (60-67) on each image, pooled over the
+  held-out frames where the truth's mouth is open (lip gap over OPEN): what a mouth
+  shows when it opens, teeth, cavity and tongue against a drawing's flat colours.
 
 Beside the renders, the ear alone (`pipeline/mouth/ear.py`, trained once on GRID's
 talker, no bank) against the truth's lip gap on the held-out frames, with today's
@@ -38,8 +45,8 @@ search and composited by the same patch ("bank, true shapes"): what the bank ren
 when its audio model is perfect, so a shortfall of the bank can be put on the audio
 model or on the mouths.
 
-It prints a table per clip (bank, procedural, still, bank with true shapes), records each figure against each
-baseline, and writes a sheet per clip (`--sheets`, PNG, 2x): true, bank, procedural and
+It prints a table per clip (bank, library, procedural, still, bank with true shapes), records each figure against each
+baseline, and writes a sheet per clip (`--sheets`, PNG, 2x): true, bank, library, procedural and
 still crops (and the bank with the true shapes) at the held-out frames where the truth opens widest and at its median.
 `--docs-sheet` writes one sheet for the manual: each clip's widest-open row.
 """
@@ -62,9 +69,11 @@ BANK_SECONDS = (4.8, 12.0)  # shorter banks a long clip is also run with (HDTF's
 CANON = (-0.7, 0.7, 0.7, 1.5)  # canonical x1, x2, y1, y2 of the mouth crop SSIM is on
 PX = 80.0  # crop pixels per canonical unit
 LIP_POINTS = list(range(48, 68))
-METHODS = ("bank", "procedural", "still", "oracle")
+METHODS = ("bank", "library", "procedural", "still", "oracle")
+OPEN = 0.08  # lip gap over mouth width: a truth frame whose inside the FD pools
 BASELINES = {
-    "procedural": "the procedural mouth (same still, no bank)",
+    "library": "the mouth library (same still, no bank)",
+    "procedural": "the procedural mouth (same still, no bank, no library)",
     "still": "the frozen still",
 }
 
@@ -121,14 +130,50 @@ def judged(frames, fx) -> list[dict | None]:
         if pts is None:
             out.append(None)
             continue
+        lips = apply(canonical(pts), pts[LIP_POINTS])
+        crop = mouth_crop(image, pts)
         out.append(
             {
                 "gap": fx.lip_gap(pts),
-                "lips": apply(canonical(pts), pts[LIP_POINTS]),
-                "crop": mouth_crop(image, pts),
+                "lips": lips,
+                "crop": crop,
+                "inside": inside_lab(crop, lips[12:20]),
             }
         )
     return out
+
+
+def inside_lab(crop: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """(N, 3) float32 Lab (L 0-100) of a mouth crop's pixels inside the inner-lip outline
+    `inner` (8, 2), in canonical units."""
+    import cv2
+
+    x1, _, y1, _ = CANON
+    poly = np.round((inner - [x1, y1]) * PX).astype(np.int32)
+    mask = np.zeros(crop.shape[:2], np.uint8)
+    cv2.fillPoly(mask, [poly], 1)
+    lab = cv2.cvtColor(crop.astype(np.float32) / 255.0, cv2.COLOR_RGB2Lab)
+    return lab[mask > 0]
+
+
+def inside_fd(truth: list[dict | None], made: list[dict | None]) -> float:
+    """The Frechet distance between the Lab pixels inside the mouth of the truth and of
+    a render (`inside_lab`), pooled over the frames where the truth is open past OPEN
+    and both have a face (nan where either shows under 50 pixels)."""
+    from scipy.linalg import sqrtm
+
+    pairs = [
+        (t["inside"], m["inside"])
+        for t, m in zip(truth, made, strict=True)
+        if t is not None and m is not None and t["gap"] > OPEN
+    ]
+    a = np.concatenate([t for t, _ in pairs]) if pairs else np.zeros((0, 3))
+    b = np.concatenate([m for _, m in pairs]) if pairs else np.zeros((0, 3))
+    if a.shape[0] < 50 or b.shape[0] < 50:
+        return float("nan")
+    ca, cb = np.cov(a.T), np.cov(b.T)
+    root = sqrtm(ca @ cb).real
+    return float(((a.mean(0) - b.mean(0)) ** 2).sum() + np.trace(ca + cb - 2.0 * root))
 
 
 def scores(truth: list[dict | None], made: list[dict | None]) -> dict[str, float]:
@@ -149,7 +194,8 @@ def scores(truth: list[dict | None], made: list[dict | None]) -> dict[str, float
         for t, m in both
     ]
     ssim = float(np.mean([structural_similarity(a, b, data_range=255) for a, b in grey]))
-    return {"r": r, "lmd": 100.0 * lmd, "ssim": ssim, "frames": len(both)}
+    fd = inside_fd(truth, made)
+    return {"r": r, "lmd": 100.0 * lmd, "ssim": ssim, "fd": fd, "frames": len(both)}
 
 
 def held_part(bench: Bench, name: str, fx) -> dict:
@@ -190,14 +236,15 @@ def runs(bench: Bench, names: list[str], fx) -> Iterator[tuple[str, float, dict]
 
 def held_out(bench: Bench, name: str, fx, work: Path, part: dict, first: int = 0) -> dict:
     """One run of a clip: the bank from frames `first` to the cut of its `held_part`, the
-    rest rendered three ways and judged. The procedural mouth's render does not depend
-    on the bank: the clip's first run keeps it in `part` for the others."""
+    rest rendered four ways and judged. The library's and the procedural mouth's renders
+    do not depend on the bank: the clip's first run keeps them in `part` for the others."""
     import cv2
 
     from hotplate.demo_data import write_wav
     from pipeline.catalog import persona_bank
     from pipeline.lip_sync import LipSyncRequest, lip_sync
     from pipeline.precompile.run import precompile_source
+    from pipeline.render.mouth.library import ENV as LIBRARY_ENV
     from testkit import footage
 
     clip, n, split, still = part["clip"], part["n"], part["split"], part["still"]
@@ -225,20 +272,33 @@ def held_out(bench: Bench, name: str, fx, work: Path, part: dict, first: int = 0
         found = persona_bank(store, root, name, recipe)
         if found is None:
             bench.missing(f"a mouth bank from {name}'s first 60 % (precompile made an empty one)")
-        for method, persona in (("bank", name), ("procedural", f"{name}-nobank")):
+        for method, persona in (
+            ("bank", name),
+            ("library", f"{name}-nobank"),
+            ("procedural", f"{name}-nobank"),
+        ):
             if method in part:
                 outputs[method] = part[method]
                 continue
             out = work / f"{name}-{method}.mp4"
-            outcome = lip_sync(
-                store, root, recipe, LipSyncRequest(persona, "default", wav, out, fps=clip.fps)
-            )
+            before = os.environ.pop(LIBRARY_ENV, None)
+            if method == "procedural":
+                os.environ[LIBRARY_ENV] = "off"  # the painted interior
+            try:
+                outcome = lip_sync(
+                    store, root, recipe, LipSyncRequest(persona, "default", wav, out, fps=clip.fps)
+                )
+            finally:
+                os.environ.pop(LIBRARY_ENV, None)
+                if before is not None:
+                    os.environ[LIBRARY_ENV] = before
             if (outcome.bank is not None) != (method == "bank"):
                 bench.missing(
                     f"{persona}: a render {'with' if method == 'bank' else 'without'} the bank"
                 )
             outputs[method] = fx.video_frames(out)[: n - split : bench.args.step]
         part.setdefault("procedural", outputs["procedural"])
+        part.setdefault("library", outputs["library"])
         outputs["oracle"] = true_shapes_render(
             store, root / name / "portrait.png", found[0], truth_frames, clip, recipe, fx
         )
@@ -250,9 +310,11 @@ def held_out(bench: Bench, name: str, fx, work: Path, part: dict, first: int = 0
     truth, truth_frames = truth[:k], truth_frames[:k]
     if "procedural judged" not in part:
         part["procedural judged"] = judged(outputs["procedural"][:k], fx)
+        part["library judged"] = judged(outputs["library"][:k], fx)
         part["still judged"] = judged([still], fx)[0]
     made = {m: judged(outputs[m][:k], fx) for m in ("bank", "oracle")}
     made["procedural"] = part["procedural judged"][:k]
+    made["library"] = part["library judged"][:k]
     made["still"] = [part["still judged"]] * k
     outputs["still"] = [still] * k
     got = {m: scores(truth, made[m]) for m in METHODS}
@@ -360,8 +422,8 @@ def true_shapes_render(store, portrait: Path, bank_key: str, truth_frames, clip,
 
 
 def sheet(path: Path, rows: list[list[np.ndarray]]) -> None:
-    """Rows of same-sized crops (true, bank, procedural, still, bank with the true
-    shapes) at 2x, as PNG."""
+    """Rows of same-sized crops (true, bank, library, procedural, still, bank with the
+    true shapes) at 2x, as PNG."""
     import cv2
 
     img = np.concatenate([np.concatenate(r, 1) for r in rows], 0)
@@ -371,19 +433,19 @@ def sheet(path: Path, rows: list[list[np.ndarray]]) -> None:
 
 
 def table(results: dict[str, dict]) -> str:
-    """Per clip: each metric for the bank, the procedural mouth, the still and the bank
-    with the truth's shapes (its bound)."""
-    heads = ("bank", "proc", "still", "true")
+    """Per clip: each metric for the bank, the library, the procedural mouth, the still
+    and the bank with the truth's shapes (its bound)."""
+    heads = ("bank", "lib", "proc", "still", "true")
+    metrics = ("lip gap r", "LMD x100", "mouth SSIM", "inside FD (Lab)")
     lines = [
-        f"{'clip':<22}{'bank':>6}{'judged':>7}"
-        + "".join(f"{metric:^34}" for metric in ("lip gap r", "LMD x100", "mouth SSIM")),
-        f"{'':<35}" + "".join("  " + "".join(f"{h:>8}" for h in heads) for _ in range(3)),
+        f"{'clip':<22}{'bank':>6}{'judged':>7}" + "".join(f"{m:^42}" for m in metrics),
+        f"{'':<35}" + "".join("  " + "".join(f"{h:>8}" for h in heads) for _ in metrics),
     ]
     for name, res in results.items():
         s = res["scores"]
         cells = "".join(
             "  " + "".join(f"{s[m][metric]:>8.3f}" for m in METHODS)
-            for metric in ("r", "lmd", "ssim")
+            for metric in ("r", "lmd", "ssim", "fd")
         )
         lines.append(f"{name:<22}{res['bank_frames']:>6}{res['held_out']:>7}{cells}")
     return "\n".join(lines)
@@ -419,6 +481,7 @@ def main(bench: Bench) -> None:
                 ("r", "lip gap r vs truth", "r", "higher"),
                 ("lmd", "LMD", "x0.01 eye distance", "lower"),
                 ("ssim", "mouth-crop SSIM", "SSIM", "higher"),
+                ("fd", "inside-mouth colour FD", "Frechet distance, Lab", "lower"),
             ):
                 for base, what in BASELINES.items():
                     ours, theirs = s["bank"][metric], s[base][metric]
@@ -433,6 +496,19 @@ def main(bench: Bench) -> None:
                         inputs=inputs,
                         note="beats it" if beats else "does not beat it",
                     )
+                ours, theirs = s["library"][metric], s["procedural"][metric]
+                bench.figure(
+                    f"{name}: {label}, library (no bank)",
+                    ours,
+                    unit,
+                    baseline=BASELINES["procedural"],
+                    baseline_value=theirs,
+                    better=better,
+                    inputs=inputs,
+                    note="beats it"
+                    if (ours > theirs) == (better == "higher")
+                    else "does not beat it",
+                )
                 bench.figure(
                     f"{name}: {label}, bank with the truth's own shapes (a bound)",
                     s["oracle"][metric],
@@ -480,6 +556,7 @@ def main(bench: Bench) -> None:
         ("r", "lip gap r", "higher"),
         ("lmd", "LMD", "lower"),
         ("ssim", "SSIM", "higher"),
+        ("fd", "inside FD", "lower"),
     ):
         for base in BASELINES:
             wins = sum(
@@ -487,11 +564,25 @@ def main(bench: Bench) -> None:
                 for r in results.values()
             )
             print(f"{label}: the bank beats {base} on {wins} of {len(results)} clips")
+        wins = sum(
+            (r["scores"]["library"][metric] > r["scores"]["procedural"][metric])
+            == (better == "higher")
+            for r in results.values()
+        )
+        mean = {
+            m: float(np.nanmean([r["scores"][m][metric] for r in results.values()]))
+            for m in METHODS
+        }
+        print(
+            f"{label}: the library beats the procedural mouth on {wins} of {len(results)}"
+            " clips; means " + ", ".join(f"{m} {v:.3f}" for m, v in mean.items())
+        )
     if bench.args.docs_sheet is not None:
         sheet(bench.args.docs_sheet, [r["rows"][0] for r in results.values()])  # widest open
         print(f"sheet of every clip in {bench.args.docs_sheet}")
     print(
-        f"sheets in {bench.args.sheets} (columns: true, bank, procedural, still, bank with true shapes)"
+        f"sheets in {bench.args.sheets} (columns: true, bank, library, procedural, still,"
+        " bank with true shapes)"
     )
 
 

@@ -79,6 +79,14 @@ def resolve(
             if found_bank is None
             else {**bank_info(store, found_bank[0]), "clip": str(found_bank[1])}
         )
+    mouth = None
+    if (backend or settings.renderer) == "warp":
+        from pipeline.media import is_still
+        from pipeline.render.mouth.library import library_path, mouth_kind
+
+        mouth = {"kind": mouth_kind(bank is not None, is_still(found.path))}
+        if mouth["kind"] == "library":
+            mouth["library"] = str(library_path())
     why = None if hot or store is None else why_cold(store, p)
     if damaged:
         why = f"stages {', '.join(damaged)} are damaged in the store; a render or precompile rebuilds them"
@@ -93,6 +101,7 @@ def resolve(
                 "state": "hot" if hot else "cold",
                 "why": why,
                 "bank": bank,
+                "mouth": mouth,
             }
         )
         return
@@ -109,9 +118,18 @@ def resolve(
         click.echo(f"bank     {bank['key']}  {Path(bank['clip']).name}: {describe_bank(bank)}")
     elif (backend or settings.renderer) == "warp":
         click.echo(
-            f"bank     none: mouths are procedural (a hot bank needs talking footage: "
+            f"bank     none (a hot bank needs talking footage: "
             f"{found.persona}/speech.mp4 or a loop with speech, precompiled)"
         )
+    if mouth is not None:
+        click.echo(f"mouth    {MOUTHS[mouth['kind']]}")
+
+
+MOUTHS = {  # what `hotplate resolve` says of the mouth a warp render shows
+    "bank": "bank: the presenter's own mouths, from their footage",
+    "library": "library: real mouths from the default mouth library, matched to the face",
+    "painted": "painted (a loop with no bank, or the mouth library unreadable or off)",
+}
 
 
 def why_cold(store, p) -> str:

@@ -17,9 +17,11 @@ For output frame t showing stored frame i:
 4. inside the mouth, the upper half of what the stored frame shows between the lips
    (the upper teeth, if they show) moves with the upper lip and the lower half with
    the lower lip, without stretching; only the gap that opens between them, the part
-   of the mouth the stored frame does not show, is drawn: a procedural interior
-   (cavity shaded from the corners in, tongue, upper teeth unless the stored frame
-   shows its own, lower teeth when wide; `pipeline/render/mouth/interior.py`), soft
+   of the mouth the stored frame does not show, is filled from the mouth library:
+   real mouths (teeth, tongue, cavity) chosen and blended for the frame's shape,
+   warped into its inner-lip polygon, their colour and grain matched to the face
+   (`pipeline/render/mouth/library.py`); only where the library cannot be read is a
+   procedural interior painted instead (`pipeline/render/mouth/interior.py`); soft
    at the lips, its lower edge reaching into the lower lip (over the stored seam's
    lower share where the stored frame shows no teeth);
 5. blend back through the stored mask, into the mouth rectangle only (`MouthPatch`).
@@ -47,6 +49,7 @@ import numpy as np
 from pipeline.assets import AvatarAssets
 from pipeline.render.mouth.drive import LOOKAHEAD, Drive, mouth_drive
 from pipeline.render.mouth.interior import LUMA, Style, paint, smooth_step
+from pipeline.render.mouth.library import FaceMatch, LibraryMouth, default_library, stats_box
 from pipeline.render.renderers.base import MouthPatch, blend, fit_mask, paste
 from pipeline.render.silence import DEFAULT as DEFAULT_SILENCE
 from pipeline.render.silence import SilenceParams
@@ -153,6 +156,7 @@ class WarpRenderer:
         self._plans: dict[int, _Plan | None] = {}
         self._styles: dict[int, Style] = {}
         self._bank = None  # BankMouths when the assets carry a bank
+        self._library: LibraryMouth | None = None  # the mouth library, with no bank
         self._bank_geometries: dict[int, tuple | None] = {}  # kept as the plans are
 
     # 1. audio -> openness and shape per output frame (and bank entries, with a bank)
@@ -173,8 +177,18 @@ class WarpRenderer:
         self._drive, self._open, self._shape = drive, drive.open, drive.spread
         if assets is not self._assets:  # plans depend on the stored frames only
             self._plans, self._styles, self._bank_geometries = {}, {}, {}
+            self._library = None
         self._assets = assets
         self._bank = None
+        if bank is None and assets.n_frames == 1:
+            # a still (the library's scope: on takeo's 40-frame loop the referee's lip
+            # gap followed the speech at r 0.17 with it against 0.6 and more painted; a
+            # loop's own mouths are the bank's to give)
+            library = default_library()  # None: unreadable (one warning) or off
+            if library is None:
+                self._library = None
+            elif self._library is None or self._library.library is not library:
+                self._library = LibraryMouth(library)
         if bank is not None:
             from pipeline.render.mouth.from_bank import BankMouths
 
@@ -265,6 +279,8 @@ class WarpRenderer:
         a = self._assets
         x1, y1 = (np.floor(lips.min(0)).astype(int) - 2).tolist()
         x2, y2 = (np.ceil(lips.max(0)).astype(int) + 3).tolist()
+        if self._library is not None:  # the library's colour match reads around the lips
+            x1, y1, x2, y2 = stats_box(lips, a.width, a.height)
         sx1, sy1, sx2, sy2 = plan.src
         return (
             max(min(sx1, x1), 0),
@@ -318,7 +334,12 @@ class WarpRenderer:
         map_x = field[..., 0] * -o + np.arange(x1 - sx1, x2 - sx1, dtype=np.float32)[None, :]
         map_y = field[..., 1] * -o + np.arange(y1 - sy1, y2 - sy1, dtype=np.float32)[:, None]
         style = self._style(plan.idx, frame)
-        gap = _mouth_interior(plan, o, r, map_x, map_y, (x1, y1), (sx1, sy1), style)
+        library = None
+        if self._library is not None:
+            lm = np.asarray(self._assets.landmarks[plan.idx], np.float32)
+            face = self._library.face(plan.idx, frame, lm)
+            library = None if face is None else (self._library, face)
+        gap = _mouth_interior(plan, o, r, map_x, map_y, (x1, y1), (sx1, sy1), style, library)
         src = frame[sy1:sy2, sx1:sx2]
         out = cv2.remap(src, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
         if gap is not None:
@@ -488,11 +509,14 @@ def _mouth_interior(
     origin: tuple[int, int],
     src_origin: tuple[int, int],
     style: Style,
+    library: tuple[LibraryMouth, FaceMatch] | None = None,
 ) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray, np.ndarray] | None:
     """Rewrite map_x/map_y (in place) between the moved inner lips so the stored
     interior moves rigidly with the lips; return the opened gap as (box in region
     coords, alpha, colour, the lower lip's rim for `_lift_rim`), or None if the mouth
-    does not open past the stored one.
+    does not open past the stored one. The gap's colours come from the mouth library
+    (`library`: the render's `LibraryMouth` and the stored frame's `FaceMatch`) or,
+    without one, from the procedural painter.
 
     Works in face axes (a across, b down) about plan.origin. At an across-position
     the stored interior spans [yu, yl] (inner upper and lower lip), split at
@@ -560,6 +584,16 @@ def _mouth_interior(
     if not style.source_teeth:
         gap_bottom = gap_bottom + w * (lower_new - gap_bottom)
         height = gap_bottom - gap_top
+        if library is not None:
+            # the library's mouth has its own upper lip edge (in the face's lip colour):
+            # the stored seam's upper share and the upper lip's dark rim carried up with
+            # it, a dark line over the teeth, are covered too. (Covering neither, the
+            # referee's lip gap on grace_hopper's wide-open still shut to 11 px against
+            # 20-28 covered and 36 painted; on takeo's still it followed the speech at r
+            # 0.14 uncovered, 0.07 covered, the painted 0.71: noise beside that gap.)
+            gap_top = gap_top + w * (upper_new - 1.5 * edge - gap_top)
+    opened_px = height  # how far the gap is open (the alpha's taper at the corners)
+    height = gap_bottom - gap_top
 
     def soft(x: np.ndarray, width: float) -> np.ndarray:  # 0 to 1 over `width` px
         x = np.clip(x / width + 0.5, 0.0, 1.0)
@@ -571,12 +605,22 @@ def _mouth_interior(
     # shaded over, not left as a cut. (The upper edge reaching into the upper lip too
     # cost the referee's lip gap r 0.54 against the speech on luispedro, 0.66 without.)
     alpha = soft(pb - gap_top, edge) * soft(gap_bottom - pb + 0.5 * w * low_edge, low_edge)
-    alpha *= np.clip(height / edge, 0.0, 1.0)
+    alpha *= np.clip(opened_px / edge, 0.0, 1.0)
     # gap coordinates: u across from corner (-1) to corner (+1), v down the gap (0 to 1)
     centre, half = (nu_a[0] + nu_a[-1]) / 2, max((nu_a[-1] - nu_a[0]) / 2, 1.0)
     u = np.clip((pa - centre) / half, -1.0, 1.0)
     v = np.clip((pb - gap_top) / np.maximum(height, 1e-3), 0.0, 1.0)
-    colour = paint(u, v, height, style, plan.scale)
+    if library is not None:
+        # the library's mouth frame: u to the inner corners, depth below the upper lip
+        # line (library.py)
+        mouth, face = library
+        u_mouth = np.clip((pa - centre) / half, -1.1, 1.1)
+        at = (bx1 + origin[0], by1 + origin[1])
+        colour = mouth.colour(
+            face, moved, u_mouth, pb - upper_new, pb - gap_top, style.source_teeth, at
+        )
+    else:
+        colour = paint(u, v, height, style, plan.scale)
     # the lower lip's rim under the gap, for `_lift_rim`
     rim = (pb > gap_bottom) * (1.0 - smooth_step((pb - gap_bottom) / rim_px)) * w
     rim *= np.clip((1.0 - np.abs(u)) / 0.3, 0.0, 1.0) * (pa > nu_a[0]) * (pa < nu_a[-1])
