@@ -5,12 +5,13 @@ track, a Pipecat output, a test). Nothing here knows about a network.
 The interface (stable: the WebRTC sessions and the Pipecat service are built on it):
 
     conv = Conversation(assets, backend="warp", fps=None, audio_rate=48000,
-                        models_dir=None, device=None, loop="pingpong")
+                        models_dir=None, device=None, loop="pingpong", vae=None)
     conv.fps, conv.width, conv.height, conv.audio_rate, conv.samples_per_frame
     conv.push_speech(pcm, rate, channels)  # s16le interleaved, any chunking, any thread
     conv.end_of_turn()   # what is queued is the whole utterance: play it out
     conv.interrupt()     # drop the queued speech: the next frame rests, its audio silent
     conv.switch(assets)  # another attire or motion, from the next loop point on
+    conv.queued_seconds()  # speech queued and not played yet
     frame = conv.next_frame()  # renders the next frame now; the caller paces
     conv.close()
 
@@ -66,7 +67,7 @@ from pipeline.render.video import _get, _put, _Stop
 
 FETCH_AHEAD = 4  # stored frames decoded before they are shown
 SEGMENT = 3000  # output frames per fetch schedule (2 min at 25 fps); then a new one
-MAX_QUEUE_SECONDS = 600.0  # speech queued and not yet played; more is refused
+MAX_QUEUE_SECONDS = 120.0  # speech queued and not yet played; more is refused
 
 
 @dataclass
@@ -170,6 +171,7 @@ class Conversation:
         models_dir: str | Path | None = None,
         device: str | None = None,
         loop: str = "pingpong",
+        vae: str | None = None,
     ) -> None:
         from pipeline.render.renderers import load_renderer
         from pipeline.render.schedule import LOOP_MODES
@@ -178,7 +180,7 @@ class Conversation:
             raise ValueError(f"loop mode {loop!r} is not one of {', '.join(LOOP_MODES)}")
         if not 8000 <= int(audio_rate) <= 192000:
             raise ValueError(f"audio_rate {audio_rate!r} must be 8000 to 192000 Hz")
-        self.renderer = load_renderer(backend, models_dir, device)
+        self.renderer = load_renderer(backend, models_dir, device, vae=vae)
         self.look = LOOKAHEAD.get(backend, 2)
         if hasattr(self.renderer, "lookahead"):  # it sees only what a conversation has
             self.renderer.lookahead = self.look
@@ -240,6 +242,11 @@ class Conversation:
             )
         with self._lock:
             self._pending = assets
+
+    def queued_seconds(self) -> float:
+        """Seconds of speech queued and not played yet."""
+        with self._lock:
+            return self._speech.out.size / self.audio_rate
 
     # -- output, from one thread
     def next_frame(self) -> Frame:
