@@ -251,8 +251,8 @@ async def answer(
         if state == "connected":
             peer.connected.set()
             pump.start()
-        elif state in ("failed", "closed"):
-            gone(f"the peer connection {state}")
+        elif state in ("failed", "closed"):  # it hung up, or its ICE consent lapsed
+            gone(f"the peer went away (connection {state}, ICE {pc.iceConnectionState})")
 
     @pc.on("track")
     def on_track(track) -> None:
@@ -271,7 +271,7 @@ async def answer(
         await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
         kinds = {t.kind for t in pc.getTransceivers()}
         if "video" not in kinds:
-            raise ValueError("the offer asks for no video; offer to receive video (and audio)")
+            raise ValueError("the SDP offer asks for no video; offer to receive video (and audio)")
         pc.addTrack(video_track(pump))
         if "audio" in kinds:
             pc.addTrack(audio_track(pump))

@@ -28,8 +28,10 @@ from typing import Any
 from hotplate.serve import talk_wire as wire
 
 CONNECT_TIMEOUT = 15.0  # s from ready: the server connects to the control socket
-OFFER_TIMEOUT = 60.0  # s from ready: a session no player connects to ends
-ICE_TIMEOUT = 10.0  # s from the answer: a peer that never completes ICE ends the session
+# s from ready: a session no player connects to ends
+OFFER_TIMEOUT = float(os.environ.get("HOTPLATE_SESSION_OFFER_TIMEOUT", "60"))
+# s from the answer: a peer that never completes ICE ends the session
+ICE_TIMEOUT = float(os.environ.get("HOTPLATE_SESSION_ICE_TIMEOUT", "10"))
 
 
 def run_talk_job(
@@ -162,7 +164,7 @@ class TalkSession:
         return task
 
     async def _deadlines(self) -> None:
-        await asyncio.sleep(CONNECT_TIMEOUT)
+        await asyncio.sleep(min(CONNECT_TIMEOUT, OFFER_TIMEOUT))
         if self.writer is None:
             self.end(f"the server did not connect to the session within {CONNECT_TIMEOUT:g} s")
             return
