@@ -195,7 +195,9 @@ def audio_track(pump: FramePump):
 async def feed_microphone(track, conv) -> None:
     """The browser's microphone into the conversation, until the track ends. What
     arrives while more than MIC_MAX_QUEUED s is queued is dropped: the sender's clock
-    and this one drift apart, and the avatar must not fall behind the speaker."""
+    and this one drift apart, and the avatar must not fall behind the speaker. Digital
+    silence (a muted track) is not queued: the page mutes the microphone while a clip is
+    said over the speech socket, whose turn it would cut into."""
     from aiortc.mediastreams import MediaStreamError
 
     while True:
@@ -205,8 +207,10 @@ async def feed_microphone(track, conv) -> None:
             return
         if conv.queued_seconds() > MIC_MAX_QUEUED:
             continue
-        channels = len(frame.layout.channels)
         pcm = frame.to_ndarray()
+        if not pcm.any():  # a muted microphone: other speech may be queued, leave it alone
+            continue
+        channels = len(frame.layout.channels)
         if frame.format.name != "s16":
             pcm = np.clip(pcm * 32767, -32768, 32767)
         data = np.ascontiguousarray(pcm.astype("<i2")).reshape(-1).tobytes()
