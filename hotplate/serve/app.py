@@ -112,6 +112,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             if queue.draining_until is None:  # not drained by a signal (a Ray replica's stop)
                 drain_s = seconds(config.drain_timeout)
                 queue.draining_until = time.monotonic() + drain_s
+                await service.sessions.end_all("the server is shutting down")
                 await queue.drained(drain_s)
             await queue.stop()
             service.sessions.close()

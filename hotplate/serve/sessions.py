@@ -213,6 +213,10 @@ class Sessions:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(s.ended.wait(), HANGUP_GRACE + 2.0)
 
+    async def end_all(self, why: str) -> None:
+        """End every session (a drain: a conversation never finishes by itself)."""
+        await asyncio.gather(*(self.end(s, why) for s in list(self.live.values())))
+
     # -- ending
     async def _follow(self, s: Session) -> None:
         """Read the worker's events until its socket closes, then see the job end."""

@@ -372,3 +372,21 @@ def test_sessions_need_the_token_and_answer_only_their_client(tmp_path):
             with pytest.raises(Exception, match="1008|403|rejected"):
                 asyncio.run(socket(ws_url + unsigned))
             assert c.delete(f"/v1/sessions/{s['id']}", headers=alice).status_code == 204
+
+        # a drain (SIGTERM) ends a playing session at once: a conversation never ends
+        # by itself, and the drain would wait its whole --drain-timeout (60 s) for it
+        async def drained_while_playing() -> tuple[str, float]:
+            async with httpx.AsyncClient(base_url=srv.url, timeout=60, headers=bob) as ac:
+                s = (await ac.post("/v1/sessions", json=ASTRO)).json()
+                peer = WhepPeer()
+                assert (await peer.connect(ac, s["whep"])).status_code == 201
+                await asyncio.wait_for(peer.received.first_video.wait(), 30)
+            began = time.monotonic()
+            await asyncio.to_thread(srv.stop)  # the peer plays on meanwhile
+            took = time.monotonic() - began
+            await peer.close()
+            return s["id"], took
+
+        sid, took = asyncio.run(drained_while_playing())
+        assert srv.proc.returncode == 0 and took < 30, (srv.proc.returncode, took)
+        assert "the server is shutting down" in "\n".join(ended_lines(srv, sid))
