@@ -171,8 +171,7 @@ def read_tokens(path: Path) -> tuple[str, ...]:
     "--ice-server",
     multiple=True,
     metavar="URL",
-    help="A STUN or TURN server for conversation sessions (stun:host:port; "
-    "turn:user:password@host:port is not parsed: use a STUN URL); repeatable.  "
+    help="A STUN server for conversation sessions' ICE (stun:host:port); repeatable.  "
     "[default: none is contacted]",
 )
 @click.option(

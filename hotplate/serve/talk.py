@@ -81,6 +81,11 @@ def run_talk_job(
     return result
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 class TalkSession:
     """The session's event loop: the control channel, the peer, the deadlines."""
 
@@ -103,7 +108,7 @@ class TalkSession:
         path = self.fields["control"]
         server = await asyncio.start_unix_server(self._serve, path=path)
         os.chmod(path, 0o600)
-        self.started = time.monotonic()
+        self.started, self.cpu_at_start = time.monotonic(), _cpu_seconds()
         ready()
         watchdog = self._spawn(self._deadlines())
         try:
@@ -134,10 +139,10 @@ class TalkSession:
         return figures
 
     def figures(self) -> dict:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
         out: dict[str, Any] = {
             "audio_seconds": round(self.speech_seconds, 3),
-            "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
+            # the worker's CPU (render, encode, network) since the session was ready
+            "cpu_seconds": round(_cpu_seconds() - self.cpu_at_start, 3),
             "seconds": round(time.monotonic() - self.started, 3),
             "fps": self.conv.fps,
             "width": self.conv.width,
