@@ -294,6 +294,8 @@ class Admission:
             return
         client = scope.get("state", {}).get("client")
         try:
+            if kind == "talk":  # the session caps first: they say what is full
+                service.sessions.admit(getattr(client, "id", "local"))
             ticket = service.queue.admit(
                 kind, getattr(client, "id", "local"), content_length(scope)
             )

@@ -40,6 +40,7 @@ AUDIO_CHUNK = 960  # samples per audio frame sent (20 ms, Opus's frame)
 VIDEO_QUEUE = 3  # pictures a track holds when its reader is slow; older ones are dropped
 CONSENT_INTERVAL = 1.0  # s between consent checks (aioice's default: 5)
 CONSENT_FAILURES = 4  # failed checks before the peer counts as gone
+CATCH_UP = 0.5  # s: a pump this far behind its clock resumes from now, not in a burst
 MIC_MAX_QUEUED = 0.3  # s: microphone speech queued past this is dropped (clock drift)
 # the encoder's bitrate ceiling by profile (aiortc's VP8 default ceiling is 1.5 Mbit/s)
 MAX_BITRATE = {"preview": 1_500_000, "export": 4_000_000}
@@ -51,6 +52,7 @@ class PumpStats:
     speaking: int = 0
     late: int = 0  # frames rendered more than one frame period after they were due
     dropped: int = 0  # pictures a slow track never took
+    stalls: int = 0  # times the pump fell CATCH_UP s behind and resumed from now
     render_seconds: float = 0.0
     first_frame: float | None = None  # monotonic time the first frame was handed over
     onsets: list = field(default_factory=list)  # (speech_onset, handed over) per turn start
@@ -130,6 +132,10 @@ class FramePump:
             wait = due - time.monotonic()
             if wait > 0 and self.stop_event.wait(wait):
                 return
+            if -wait > CATCH_UP:  # far behind (a stalled machine): resume from now
+                start -= wait
+                due -= wait
+                self.stats.stalls += 1
             began = time.monotonic()
             frame = self.conv.next_frame()
             # a picture of its own: aiortc stamps it, and a stored frame is shared

@@ -94,7 +94,17 @@ class Sessions:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- creating
-    def check_caps(self, client: str) -> None:
+    def admit(self, client: str) -> None:
+        """admission.Busy when the session caps are full (the admission middleware asks
+        this before the queue's estimate, so that the refusal names the cap)."""
+        from hotplate.serve.admission import Busy
+
+        try:
+            self.check_caps(client, count=False)
+        except Problem as exc:
+            raise Busy("sessions_full", RETRY_AFTER, exc.detail) from None
+
+    def check_caps(self, client: str, count: bool = True) -> None:
         total = len(self.live) + sum(self.starting.values())
         mine = sum(s.owner == client for s in self.live.values()) + self.starting.get(client, 0)
         if total >= self.max_sessions:
@@ -103,7 +113,8 @@ class Sessions:
             why = f"this client holds its {self.per_client} sessions (--max-sessions-per-client)"
         else:
             return
-        self.svc.metrics.refused.labels("talk", "sessions_full").inc()
+        if count:  # the admission middleware counts its own refusals
+            self.svc.metrics.refused.labels("talk", "sessions_full").inc()
         raise Problem(
             503, f"{why}; end one or retry in {RETRY_AFTER} s", {"Retry-After": str(RETRY_AFTER)}
         )

@@ -75,7 +75,8 @@ def run_talk_job(
         )
         with conv:
             session = TalkSession(conv, fields, lambda *names: hot(leases, *names)[1], status_for)
-            result = asyncio.run(session.run(lambda: progress("talk ready", 1, 1)))
+            # no done/total: admission estimates a session's length from finished ones
+            result = asyncio.run(session.run(lambda: progress("talk ready", 0, 0)))
     result["avatar"] = first.avatar
     result["jit"], result["jit_seconds"] = first.jit, first.jit_seconds
     return result
@@ -155,6 +156,7 @@ class TalkSession:
                 speaking_frames=s.speaking,
                 late_frames=s.late,
                 dropped_frames=s.dropped,
+                stalls=s.stalls,
                 render_seconds=round(s.render_seconds, 3),
             )
             if s.first_frame is not None and self.offered is not None:

@@ -38,6 +38,7 @@ SAMPLE_RATES = (8000, 192000)
 MAX_CHANNELS = 8
 START_TIMEOUT = 10.0  # s: for the speech socket's first message
 POLICY, UNSUPPORTED = 1008, 1003
+MAX_OFFER = 64 << 10  # bytes: a browser's offer is a few kB
 
 
 class SessionRequest(BaseModel):
@@ -125,7 +126,10 @@ async def whep_offer(svc: Svc, caller: Caller, session_id: str, request: Request
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != "application/sdp":
         raise Problem(415, f"send the offer as application/sdp, not {kind or 'no type'!r}")
-    offer = (await request.body()).decode("utf-8", "replace")
+    offer = await request.body()
+    if len(offer) > MAX_OFFER:
+        raise Problem(413, f"an SDP offer of {len(offer)} bytes is over {MAX_OFFER}; send one")
+    offer = offer.decode("utf-8", "replace")
     answer = await svc.sessions.call(s, {"op": "offer", "sdp": offer})
     return Response(
         answer["sdp"],
