@@ -124,7 +124,7 @@ def test_talk_mode_connects_listens_talks_and_is_interrupted(server, world, tmp_
         while time.monotonic() < end:
             page.wait_for_timeout(500)
             seen += drain(page, reader)
-        assert len(seen) > 200, len(seen)  # the video plays on (25 fps)
+        assert len(seen) > 150, len(seen)  # the video plays on (25 fps: 350)
         scores = np.array([s for _, _, s in seen])
         assert scores.max() > OPEN  # the microphone's speech opens the mouth
         # the avatar keeps moving through the silences: long runs at rest, its loop going on
@@ -147,9 +147,13 @@ def test_talk_mode_connects_listens_talks_and_is_interrupted(server, world, tmp_
             opened = any(s > OPEN for _, _, s in drain(page, reader))
         clicked = page.evaluate("performance.now()") / 1000
         page.click("#interrupt")
-        page.wait_for_timeout(1500)
-        after = [(t, s) for t, _, s in drain(page, reader) if t > clicked + 0.4]
-        assert len(after) > 15 and max(s for _, s in after) < AT_REST, after
+        after: list = []
+        deadline = time.monotonic() + 30
+        while len(after) < 25:  # a second of pictures from 0.4 s after the click on
+            assert time.monotonic() < deadline, "the video stopped after the interrupt"
+            page.wait_for_timeout(200)
+            after += [(t, s) for t, _, s in drain(page, reader) if t > clicked + 0.4]
+        assert max(s for _, s in after) < AT_REST, after
         page.screenshot(path=str(tmp_path / "talk.png"), full_page=True)
 
         page.click("#talk")  # ends the session
