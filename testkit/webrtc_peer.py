@@ -57,12 +57,13 @@ class WhepPeer:
     """connect() -> the WHEP answer's response; `received` fills as media arrives."""
 
     def __init__(self, mic: np.ndarray | None = None, channel: bool = False) -> None:
-        from aiortc import RTCPeerConnection
+        from aiortc import RTCConfiguration, RTCPeerConnection
 
         from hotplate.serve.rtc import configure_ice
 
         configure_ice(["127.0.0.1"])  # loopback only
-        self.pc = RTCPeerConnection()
+        # no ICE servers: aiortc's default (None) would ask a public STUN server
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.received = Received()
         self.tasks: list[asyncio.Task] = []
         self.channel = self.pc.createDataChannel("control") if channel else None

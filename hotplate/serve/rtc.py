@@ -244,6 +244,7 @@ async def answer(
     if not isinstance(offer_sdp, str) or not offer_sdp.lstrip().startswith("v=0"):
         raise ValueError("the offer is not an SDP description (it must start with v=0)")
     loop = asyncio.get_running_loop()
+    # a list, even empty: aiortc's default (None) asks a public STUN server
     config = RTCConfiguration(iceServers=[RTCIceServer(urls=u) for u in ice_servers])
     pc = RTCPeerConnection(configuration=config)
     pump = FramePump(conv, loop)
