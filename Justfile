@@ -27,9 +27,9 @@ setup:
     fi
     [ -x {{py}} ] || python3 -m venv .venv
     {{py}} -m pip install -q --upgrade pip
-    # the core and every extra (the suite runs musetalk and a Ray cluster too); the musetalk
+    # the core and every extra (the suite runs musetalk, a Ray cluster and WebRTC peers too); the musetalk
     # extra pins torch==2.13.0: an unpinned torch pulls several GB of CUDA wheels
-    {{py}} -m pip install -q -e '.[dev,musetalk,ray]'
+    {{py}} -m pip install -q -e '.[dev,musetalk,ray,webrtc]'
     touch "$stamp"
 
 # build a sample persona from the astronaut photo and render it (offline default)

@@ -149,6 +149,32 @@ def read_tokens(path: Path) -> tuple[str, ...]:
     "there are several workers and several tokens; else all]",
 )
 @click.option(
+    "--max-sessions",
+    type=click.IntRange(min=0),
+    help="Conversation sessions (POST /v1/sessions) at once; each holds a worker for its "
+    "life; beyond it 503 with Retry-After.  [default: as many as --workers]",
+)
+@click.option(
+    "--max-sessions-per-client",
+    type=click.IntRange(min=1),
+    help="Conversation sessions one client (one token) may hold at once.  [default: as "
+    "--max-per-client]",
+)
+@click.option(
+    "--ice-address",
+    multiple=True,
+    metavar="ADDRESS",
+    help="A local address conversation sessions offer as an ICE candidate; repeatable.  "
+    "[default: 127.0.0.1 when --host is loopback, else every interface's]",
+)
+@click.option(
+    "--ice-server",
+    multiple=True,
+    metavar="URL",
+    help="A STUN server for conversation sessions' ICE (stun:host:port); repeatable.  "
+    "[default: none is contacted]",
+)
+@click.option(
     "--drain-timeout",
     type=DURATION,
     cls=FieldDefault,
@@ -260,6 +286,10 @@ def serve(
     queue_size: int,
     max_wait: str,
     max_per_client: int | None,
+    max_sessions: int | None,
+    max_sessions_per_client: int | None,
+    ice_address: tuple[str, ...],
+    ice_server: tuple[str, ...],
     drain_timeout: str,
     token_file: Path | None,
     admin_token_file: Path | None,
@@ -332,6 +362,10 @@ def serve(
         queue_size=queue_size,
         max_wait=max_wait,
         max_per_client=max_per_client,
+        max_sessions=max_sessions,
+        max_sessions_per_client=max_sessions_per_client,
+        ice_addresses=ice_address,
+        ice_servers=ice_server,
         drain_timeout=drain_timeout,
         token=token,
         tokens=tokens,

@@ -43,7 +43,13 @@ log = logging.getLogger("hotplate.serve")
 # Before the first measurement of its kind (a warm-up render seeds the renderer's cost;
 # the first job on an idle worker needs no estimate):
 PRIOR_RATE = 1.0  # seconds of work per second of audio
-PRIOR_SECONDS = {"render": 10.0, "stream": 10.0, "live": 30.0, "precompile": 30.0}
+PRIOR_SECONDS = {
+    "render": 10.0,
+    "stream": 10.0,
+    "live": 30.0,
+    "precompile": 30.0,
+    "talk": 300.0,  # a conversation session: it holds its worker until it ends
+}
 # Upload bytes per second of audio before a client's first upload is decoded: a 16 kHz
 # mono 16-bit WAV (what `hotplate demo` and the tests write); a 48 kHz stereo WAV is
 # 6x that (its first estimate is long: refused early, never admitted past max_wait),
@@ -61,6 +67,7 @@ WORK_ROUTES = {
     ("POST", "/v1/lip-sync/stream"): "stream",
     ("POST", "/v1/precompile"): "precompile",
     ("WEBSOCKET", "/v1/live"): "live",
+    ("POST", "/v1/sessions"): "talk",
 }
 TRY_AGAIN_LATER = 1013  # WebSocket close code (RFC 6455 registry)
 
@@ -287,6 +294,8 @@ class Admission:
             return
         client = scope.get("state", {}).get("client")
         try:
+            if kind == "talk":  # the session caps first: they say what is full
+                service.sessions.admit(getattr(client, "id", "local"))
             ticket = service.queue.admit(
                 kind, getattr(client, "id", "local"), content_length(scope)
             )

@@ -22,7 +22,7 @@ from hotplate.serve.metrics import Metrics, RequestTimer
 from hotplate.serve.problems import Problem
 from hotplate.serve.queue import JobQueue
 from hotplate.serve.records import Job, JobRecords, Retention, claim_data_dir, new_id
-from hotplate.serve.routes import access, catalog, docs, health, page, renders, stream
+from hotplate.serve.routes import access, catalog, docs, health, page, renders, sessions, stream
 
 __all__ = ["ServeConfig", "Service", "create_app"]
 
@@ -63,6 +63,9 @@ class Service:
             renderer=s.renderer,
             warm_up=self.recipe_for_backend(s.renderer),  # seeds admission (queue.py)
         )
+        from hotplate.serve.sessions import Sessions
+
+        self.sessions = Sessions(self)
         self.metrics.watch(
             lambda: len(self.queue.workers),
             lambda: len(self.queue.running),
@@ -109,8 +112,10 @@ def create_app(config: ServeConfig) -> FastAPI:
             if queue.draining_until is None:  # not drained by a signal (a Ray replica's stop)
                 drain_s = seconds(config.drain_timeout)
                 queue.draining_until = time.monotonic() + drain_s
+                await service.sessions.end_all("the server is shutting down")
                 await queue.drained(drain_s)
             await queue.stop()
+            service.sessions.close()
 
     app = FastAPI(
         title="hotplate",
@@ -148,6 +153,7 @@ def create_app(config: ServeConfig) -> FastAPI:
     app.include_router(catalog.router)
     app.include_router(renders.router)
     app.include_router(stream.router)  # POST /v1/lip-sync/stream, WS /v1/live
+    app.include_router(sessions.router)  # /v1/sessions: conversations over WebRTC
     return app
 
 

@@ -78,6 +78,14 @@ class ServeConfig:
     allow_origins: tuple[str, ...] = ()  # web apps that may POST and DELETE (--allow-origin)
     signing_key: str | None = None  # signs ?sig= URLs; None: a random key for this process
     replica: str = ""  # a Ray replica's tag: its job ids start with it (hotplate/cluster/)
+    # conversation sessions (sessions.py): each holds a worker for its life
+    max_sessions: int | None = None  # in all; None: as many as there are workers
+    max_sessions_per_client: int | None = None  # None: per_client_cap
+    max_session: str = "1h"  # a session ends after this
+    # ICE: local addresses offered as candidates (empty: loopback for a server bound to
+    # loopback, else every interface's), and STUN/TURN URLs (none: none is contacted)
+    ice_addresses: tuple[str, ...] = ()
+    ice_servers: tuple[str, ...] = ()
 
     @property
     def data(self) -> Path:

@@ -2,7 +2,8 @@
 
 - The first SIGTERM drains: the server admits nothing more (503 with Retry-After, a live
   session 1013; admission.py) and `/readyz` answers 503, while the listening socket
-  stays open so probes and clients get those answers. The jobs queued and running and
+  stays open so probes and clients get those answers. Conversation sessions are ended
+  at once (a conversation never finishes by itself). The jobs queued and running and
   the answers still being sent (a stream's last fragments, a blocking render's MP4)
   finish, for up to `--drain-timeout`; then uvicorn's own graceful shutdown closes the
   connections and the app's lifespan stops the workers. Exit status 0.
@@ -67,6 +68,7 @@ class DrainingServer(uvicorn.Server):
             len(queue.live),
             self.drain_timeout,
         )
+        await service.sessions.end_all("the server is shutting down")
         if not await queue.drained(self.drain_timeout):
             log.warning(
                 "drain timeout: %d job(s) not finished are recorded as interrupted",

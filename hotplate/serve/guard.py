@@ -18,7 +18,8 @@ For each HTTP request, in this order:
 A refusal closes the connection (`Connection: close`): the rest of an unwanted upload is
 never kept (a bounded linger drains it, so the client can read the answer first).
 WebSocket connections get the same Host, Origin and token checks (`check_connection`)
-and a byte budget on what they receive (see docs/DESIGN.md).
+and a byte budget on what they receive (see docs/DESIGN.md), but for a conversation
+session's speech socket, which the session paces instead (sessions.py).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ SIGNATURE = re.compile(
 )
 SINGLE_HEADERS = ("host", "origin", "authorization", "sec-fetch-site")  # what the guard decides on
 WS_CLOSE_POLICY, WS_CLOSE_TOO_BIG = 1008, 1009
+PACED_SOCKETS = re.compile(r"/v1/sessions/[A-Za-z0-9_-]{1,64}/speech")
 LINGER_BYTES, LINGER_S = 64 << 20, 5.0  # what a refused upload may still send, then closed
 
 
@@ -396,7 +398,10 @@ class Guard:
             if message["type"] == "websocket.connect":
                 await send({"type": "websocket.close", "code": WS_CLOSE_POLICY})
             return
-        budget = ByteBudget(self.policy.body_limit)
+        # a session's speech socket lasts as long as the conversation: its input is bounded
+        # by the session's pace (sessions.MAX_AHEAD) instead of a byte budget
+        paced = PACED_SOCKETS.fullmatch(scope.get("path", "")) is not None
+        budget = ByteBudget(1 << 62 if paced else self.policy.body_limit)
         closed = False
 
         async def counted_receive() -> dict:

@@ -456,7 +456,7 @@ class JobQueue:
         first = job.first_frame_seconds - jit if job.first_frame_seconds is not None else None
         names = (job.persona, job.attire, default_motion(job.motion))
         self.times.record(job.kind, job.backend, rendering, job.audio_seconds, first, size, names)
-        if job.kind != "precompile" and job.audio_seconds and rendering > 0:
+        if job.kind not in ("precompile", "talk") and job.audio_seconds and rendering > 0:
             m.realtime_factor.labels(job.kind, job.backend).observe(job.audio_seconds / rendering)
 
     async def sweep(self, now: Callable[[], float] = time.time) -> None:

@@ -13,6 +13,7 @@ in pipeline/nets/modelcache.py for as long as they live. One job at a time, on a
 kind "render" runs pipeline.lip_sync.lip_sync (the entry point `hotplate render`
 uses); kind "precompile" runs pipeline.precompile.run.precompile on the resolved source;
 kinds "stream" and "live" write a fragmented MP4 as it is made (stream_jobs.py); kind
+"talk" holds a conversation session until it ends (talk.py); kind
 "warm-up" (sent once by the queue after every worker is ready) renders a short clip of
 each avatar size the store holds hot and answers what each cost (`warm_up_renders`).
 Cancelling a running job kills its worker; the pool starts another.
@@ -99,6 +100,10 @@ def run_job(
     personas = Path(settings["personas"])
     if kind == "warm-up":
         return {"renders": warm_up_renders(store, settings, fields["backend"], recipe)}
+    if kind == "talk":  # a conversation session over WebRTC: talk.py
+        from hotplate.serve.talk import run_talk_job
+
+        return run_talk_job(store, settings, fields, recipe, progress, status_for)
     if kind == "live":  # audio arriving as it is spoken: stream_jobs.py
         from hotplate.serve.stream_jobs import run_live_job
 

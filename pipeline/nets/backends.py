@@ -66,11 +66,12 @@ EXTRAS: tuple[Extra, ...] = (
         "the musetalk renderer and its backends (S3FD, FAN, DWPose, BiSeNet, SD VAE)",
     ),
     Extra("ray", ("ray", "httpx"), "hotplate serve --ray, hotplate sync --ray"),
+    Extra("webrtc", ("aiortc",), "hotplate serve's conversation sessions (POST /v1/sessions)"),
     Extra(
         "dev",
         ("pytest", "hypothesis", "playwright", "locust", "dlib", "skimage"),
         "the tests, the benches and `just demo` (in a checkout)",
-        "just setup (in a checkout: pip install -e '.[dev,musetalk,ray]')",
+        "just setup (in a checkout: pip install -e '.[dev,musetalk,ray,webrtc]')",
     ),
 )
 DLIB = "pip install dlib-bin face-recognition-models (in no extra: the 68-point model's terms)"

@@ -93,8 +93,9 @@ def test_each_extra_has_a_row_with_the_command_that_adds_it(tmp_path):
     for extra in EXTRAS:
         row = next(x for x in lines if x[6:].startswith(f"extra {extra.name}:"))
         assert row.startswith(f"ok    extra {extra.name}: installed: {extra.gives}"), row
-    assert {e.name for e in EXTRAS} == {"musetalk", "ray", "dev"}
-    assert [e.install for e in EXTRAS][:2] == [
+    assert {e.name for e in EXTRAS} == {"musetalk", "ray", "webrtc", "dev"}
+    assert [e.install for e in EXTRAS][:3] == [
         "pip install 'hotplate[musetalk]'",
         "pip install 'hotplate[ray]'",
+        "pip install 'hotplate[webrtc]'",
     ]

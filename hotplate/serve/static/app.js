@@ -1,5 +1,6 @@
 // hotplate studio: the gallery, the lip-sync form, progress over SSE, renders played
-// while they are made (MSE), live mode (the microphone over /v1/live), past renders.
+// while they are made (MSE), live mode (the microphone over /v1/live), talk mode (a
+// conversation session over WebRTC, /v1/sessions), past renders.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -197,7 +198,8 @@ function updateButtons() {
   const busy = state.job !== null || state.retry !== null;
   $("render").disabled = busy || !state.persona || !$("audio").files.length;
   $("precompile").disabled = busy || !state.persona;
-  $("live").disabled = (busy && !live.mic) || !state.persona;
+  $("live").disabled = (busy && !live.mic) || !state.persona || talk.pc !== null;
+  $("talk").disabled = (busy && talk.pc === null) || !state.persona || live.mic !== null;
   $("cancel").classList.toggle("hidden", !busy);
 }
 
@@ -238,6 +240,7 @@ async function follow(job, onDone) {
 
 async function play(job) {
   const player = $("player");
+  player.srcObject = null;
   player.src = await signed(job.video_url);
   player.load();
   showTimings(job);
@@ -308,6 +311,7 @@ class MsePlayer {
     this.buffer = null;
     this.ended = false;
     this.source = new MediaSource();
+    video.srcObject = null;  // a talk session's stream, if one played here
     this.opened = new Promise((resolve) => this.source.addEventListener("sourceopen", resolve, { once: true }));
     video.src = URL.createObjectURL(this.source);
     window.hotplateStream = { kind, bytes: 0, fragments: 0, ended: false, playingBeforeEnd: null, final: null, saved: [] };
@@ -492,6 +496,148 @@ function toggleLive() {
   }
 }
 
+// -- talk: a conversation session over WebRTC -----------------------------------------------
+//
+// POST /v1/sessions, then one peer connection: the persona's video and voice come in,
+// the microphone goes out (the mouth follows it), and a data channel carries
+// "interrupt". "Say the clip" sends the chosen audio file's PCM over the session's
+// speech WebSocket (the microphone is muted while it plays). What the tests read:
+// window.hotplateTalk.
+
+const talk = { session: null, pc: null, mic: null, channel: null, ws: null, micOn: true };
+window.hotplateTalk = { state: "idle", id: null, connected: false, firstFrameSeconds: null, error: null };
+
+function talkState(text) {
+  $("talk-state").textContent = text;
+}
+
+async function startTalk() {
+  showError("");
+  const t = window.hotplateTalk;
+  Object.assign(t, { state: "starting", id: null, connected: false, firstFrameSeconds: null, error: null });
+  talkState("talk: starting a session…");
+  const body = JSON.stringify({ persona: state.persona, attire: $("attire").value, motion: $("motion").value || null });
+  let response;
+  for (;;) {
+    response = await api("/v1/sessions", { method: "POST", headers: { "Content-Type": "application/json" }, body });
+    const after = parseInt(response.headers.get("Retry-After") || "", 10);
+    if (response.status !== 503 || !(after > 0)) break;
+    if (!(await countdown(after))) return stopTalk();
+  }
+  if (!response.ok) { t.error = await problemText(response); showError(`talk: ${t.error}`); return stopTalk(); }
+  const session = await response.json();
+  talk.session = session;
+  t.id = session.id;
+  const pc = new RTCPeerConnection();  // no STUN or TURN: the server offers its own addresses
+  talk.pc = pc;
+  updateButtons();
+  pc.addTransceiver("video", { direction: "recvonly" });
+  try {
+    talk.mic = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1 } });
+    for (const track of talk.mic.getAudioTracks()) pc.addTrack(track, talk.mic);
+  } catch (err) {
+    pc.addTransceiver("audio", { direction: "recvonly" });  // listen only: no microphone
+    talkState(`talk: no microphone (${err.message}); the clip can still be said`);
+  }
+  talk.channel = pc.createDataChannel("control");
+  const player = $("player");
+  const started = performance.now();
+  pc.addEventListener("track", (e) => {
+    if (player.srcObject !== e.streams[0]) {
+      player.removeAttribute("src");
+      player.srcObject = e.streams[0] || new MediaStream([e.track]);
+      player.play().catch(() => {});
+    }
+  });
+  player.addEventListener("loadeddata", () => {
+    if (t.firstFrameSeconds === null && talk.pc === pc) {
+      t.firstFrameSeconds = (performance.now() - started) / 1000;
+      talkState(`talk: connected · first frame ${t.firstFrameSeconds.toFixed(2)} s after the offer`);
+    }
+  }, { once: true });
+  pc.addEventListener("connectionstatechange", () => {
+    t.connected = pc.connectionState === "connected";
+    if (["failed", "closed"].includes(pc.connectionState) && talk.pc === pc) {
+      talkState(`talk: the connection ${pc.connectionState}`);
+      stopTalk();
+    }
+  });
+  await pc.setLocalDescription(await pc.createOffer());
+  // one offer with every candidate (WHEP without trickle)
+  await new Promise((resolve) => {
+    if (pc.iceGatheringState === "complete") return resolve();
+    pc.addEventListener("icegatheringstatechange", () => { if (pc.iceGatheringState === "complete") resolve(); });
+    setTimeout(resolve, 3000);
+  });
+  const answer = await api(session.whep, { method: "POST", headers: { "Content-Type": "application/sdp" }, body: pc.localDescription.sdp });
+  if (!answer.ok) { t.error = await problemText(answer); showError(`talk: ${t.error}`); return stopTalk(); }
+  await pc.setRemoteDescription({ type: "answer", sdp: await answer.text() });
+  t.state = "talking";
+  $("talk").textContent = "■ End talk";
+  $("talk").classList.add("live-on");
+  $("talk-bar").classList.remove("hidden");
+  setMic(true);
+}
+
+function setMic(on) {
+  talk.micOn = on;
+  if (talk.mic) for (const track of talk.mic.getAudioTracks()) track.enabled = on;
+  $("mic").textContent = on ? "Mic on" : "Mic off";
+}
+
+// the chosen clip, decoded by the browser, as PCM over the speech WebSocket: one turn
+async function sayClip() {
+  const file = $("audio").files[0];
+  if (!file || !talk.session) return showError("talk: choose a clip to say first");
+  setMic(false);  // its speech and the microphone's would mix in one queue
+  const ctx = new AudioContext();
+  const audio = await ctx.decodeAudioData(await file.arrayBuffer());
+  ctx.close();
+  const samples = audio.getChannelData(0);
+  const pcm = new Int16Array(samples.length);
+  for (let i = 0; i < samples.length; i++) pcm[i] = Math.max(-1, Math.min(1, samples[i])) * 32767;
+  if (!talk.ws || talk.ws.readyState !== WebSocket.OPEN) {
+    const path = talk.session.speech;  // signed by the server when it has tokens
+    const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${path}`);
+    await new Promise((resolve, reject) => { ws.onopen = resolve; ws.onerror = () => reject(new Error("the speech socket failed")); });
+    ws.send(JSON.stringify({ sample_rate: audio.sampleRate, channels: 1, format: "s16le" }));
+    ws.onmessage = (e) => { const msg = JSON.parse(e.data); if (msg.type === "error") showError(`talk: ${msg.detail}`); };
+    talk.ws = ws;
+    talk.rate = audio.sampleRate;
+  }
+  if (talk.rate !== audio.sampleRate) return showError("talk: clips of one session share a sample rate");
+  for (let at = 0; at < pcm.length; at += 4800) talk.ws.send(pcm.subarray(at, at + 4800));
+  talk.ws.send(JSON.stringify({ type: "end_of_turn" }));
+  talkState(`talk: saying ${file.name} (${audio.duration.toFixed(1)} s)`);
+}
+
+async function interruptTalk() {
+  if (talk.channel && talk.channel.readyState === "open") talk.channel.send("interrupt");
+  else if (talk.session) await api(talk.session.interrupt, { method: "POST" });
+  talkState("talk: interrupted");
+}
+
+async function stopTalk() {
+  const { session, pc, mic, ws } = talk;
+  Object.assign(talk, { session: null, pc: null, mic: null, channel: null, ws: null });
+  if (ws) ws.close();
+  if (mic) for (const track of mic.getTracks()) track.stop();
+  if (pc) pc.close();
+  if (session) await api(`/v1/sessions/${session.id}`, { method: "DELETE" });
+  window.hotplateTalk.state = "idle";
+  window.hotplateTalk.connected = false;
+  $("talk").textContent = "◉ Talk";
+  $("talk").classList.remove("live-on");
+  $("talk-bar").classList.add("hidden");
+  $("player").srcObject = null;
+  updateButtons();
+}
+
+function toggleTalk() {
+  if (talk.pc) stopTalk();
+  else startTalk().catch((err) => { showError(`talk: ${err.message}`); stopTalk(); });
+}
+
 // -- past renders -------------------------------------------------------------------------
 
 async function loadRenders() {
@@ -553,6 +699,10 @@ document.addEventListener("DOMContentLoaded", () => {
   $("precompile").addEventListener("click", precompile);
   $("cancel").addEventListener("click", cancel);
   $("live").addEventListener("click", toggleLive);
+  $("talk").addEventListener("click", toggleTalk);
+  $("mic").addEventListener("click", () => setMic(!talk.micOn));
+  $("say").addEventListener("click", () => sayClip().catch((err) => showError(`talk: ${err.message}`)));
+  $("interrupt").addEventListener("click", interruptTalk);
   $("refresh").addEventListener("click", () => { loadCatalog(); loadRenders(); loadServer(); });
   loadServer().then(() => { loadCatalog(); loadRenders(); });
   setInterval(loadServer, 10000);

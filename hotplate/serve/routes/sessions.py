@@ -1,0 +1,250 @@
+"""Conversation sessions over WebRTC (issue 47; sessions.py and talk.py do the work):
+
+- `POST /v1/sessions` JSON {"persona", "attire", "motion"?, "profile"?} -> 201 JSON
+  {"id", "whep", "speech", "interrupt", "switch"} (the URLs of its parts; `speech` is
+  signed when the server has tokens, for a browser's WebSocket) and `Location`;
+  `GET /v1/sessions/{id}` its figures; `DELETE /v1/sessions/{id}` ends it (204).
+- `whep`: POST an SDP offer (`application/sdp`) -> 201 with the answer and a `Location`
+  (`.../whep/peer`) whose DELETE ends the session; one peer per session (409 after).
+- `speech`: a WebSocket: first text {"sample_rate", "channels", "format": "s16le"},
+  then binary PCM as it is spoken, {"type": "end_of_turn"} between utterances (and
+  {"type": "interrupt"}); the session outlives the socket and its turns. Or a POST of
+  the PCM as the body (chunked as it is spoken) with `?sample_rate=&channels=`: the end
+  of the body ends the turn.
+- `interrupt`: POST (204): the queued speech is dropped, the next frame is at rest.
+- `switch`: POST JSON {"attire", "motion"?} (the same persona): from the next loop point.
+
+Every route needs the token (or the signed URL); a session answers only its creator
+(or the admin token): 404 for anyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+
+from hotplate.serve.deps import Caller, Svc, check_profile
+from hotplate.serve.guard import LOCAL
+from hotplate.serve.problems import Problem
+
+router = APIRouter(tags=["sessions"])
+
+SAMPLE_RATES = (8000, 192000)
+MAX_CHANNELS = 8
+START_TIMEOUT = 10.0  # s: for the speech socket's first message
+POLICY, UNSUPPORTED = 1008, 1003
+MAX_OFFER = 64 << 10  # bytes: a browser's offer is a few kB
+
+
+class SessionRequest(BaseModel):
+    persona: str
+    attire: str
+    motion: str | None = None
+    profile: str | None = None  # the encoder's: preview (default) or export (more bitrate)
+
+
+class SwitchRequest(BaseModel):
+    attire: str
+    motion: str | None = None
+
+
+def _urls(request: Request, session_id: str, client: Any) -> dict:
+    base = f"/v1/sessions/{session_id}"
+    speech = f"{base}/speech"
+    policy = request.app.state.policy
+    if policy.token_required:
+        speech = policy.sign(speech, client, "WEBSOCKET")
+    return {
+        "id": session_id,
+        "whep": f"{base}/whep",
+        "speech": speech,
+        "interrupt": f"{base}/interrupt",
+        "switch": f"{base}/switch",
+    }
+
+
+@router.post("/v1/sessions", status_code=201)
+async def create_session(
+    svc: Svc, caller: Caller, body: SessionRequest, request: Request
+) -> JSONResponse:
+    """Start a conversation session: a hot avatar on a worker of its own until it ends."""
+    from pipeline.nets.backends import ExtraMissingError, require_extra
+
+    try:
+        require_extra("webrtc", "a conversation session")
+    except ExtraMissingError as exc:
+        raise Problem(501, str(exc)) from None
+    profile = check_profile(body.profile, "preview")
+    cfg = svc.config
+    fields = {
+        "backend": cfg.settings.renderer,
+        "profile": profile,
+        "ice_addresses": list(svc.sessions.ice_addresses),
+        "ice_servers": list(cfg.ice_servers),
+        "max_seconds": svc.sessions.max_seconds,
+    }
+    names = {"persona": body.persona, "attire": body.attire, "motion": body.motion}
+    session = await svc.sessions.create(caller.id, names, fields)
+    return JSONResponse(
+        _urls(request, session.id, caller),
+        status_code=201,
+        headers={"Location": f"/v1/sessions/{session.id}"},
+    )
+
+
+@router.get("/v1/sessions/{session_id}")
+async def session_status(svc: Svc, caller: Caller, session_id: str) -> dict:
+    """The session's figures so far (frames, late and dropped frames, speech seconds,
+    first frame after the offer, CPU seconds of its worker)."""
+    s = svc.sessions.get(session_id, caller)
+    figures = await svc.sessions.call(s, {"op": "stats"})
+    figures.pop("id", None)
+    return {"id": s.id, "connected": s.connected, **figures}
+
+
+@router.delete("/v1/sessions/{session_id}", status_code=204)
+async def delete_session(svc: Svc, caller: Caller, session_id: str) -> Response:
+    """End the session: its peer is closed, its worker and avatar lease freed."""
+    s = svc.sessions.get(session_id, caller)
+    await svc.sessions.end(s, "ended by DELETE")
+    return Response(status_code=204)
+
+
+@router.post(
+    "/v1/sessions/{session_id}/whep",
+    status_code=201,
+    responses={201: {"content": {"application/sdp": {}}}},
+)
+async def whep_offer(svc: Svc, caller: Caller, session_id: str, request: Request) -> Response:
+    """WHEP: an SDP offer in, the answer out (201, Location: the peer to DELETE)."""
+    s = svc.sessions.get(session_id, caller)
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/sdp":
+        raise Problem(415, f"send the offer as application/sdp, not {kind or 'no type'!r}")
+    offer = await request.body()
+    if len(offer) > MAX_OFFER:
+        raise Problem(413, f"an SDP offer of {len(offer)} bytes is over {MAX_OFFER}; send one")
+    offer = offer.decode("utf-8", "replace")
+    answer = await svc.sessions.call(s, {"op": "offer", "sdp": offer})
+    return Response(
+        answer["sdp"],
+        status_code=201,
+        media_type="application/sdp",
+        headers={"Location": f"/v1/sessions/{s.id}/whep/peer"},
+    )
+
+
+@router.delete("/v1/sessions/{session_id}/whep/peer", status_code=204)
+async def whep_delete(svc: Svc, caller: Caller, session_id: str) -> Response:
+    """The WHEP resource: its DELETE closes the peer and so ends the session."""
+    s = svc.sessions.get(session_id, caller)
+    await svc.sessions.end(s, "the WHEP resource was deleted")
+    return Response(status_code=204)
+
+
+@router.post("/v1/sessions/{session_id}/interrupt", status_code=204)
+async def interrupt(svc: Svc, caller: Caller, session_id: str) -> Response:
+    """Drop the queued speech: the next frame's mouth is at rest and its audio silent."""
+    await svc.sessions.interrupt(svc.sessions.get(session_id, caller))
+    return Response(status_code=204)
+
+
+@router.post("/v1/sessions/{session_id}/switch", status_code=204)
+async def switch(svc: Svc, caller: Caller, session_id: str, body: SwitchRequest) -> Response:
+    """Another attire or motion of the session's persona, from the next loop point on
+    (a cold one is precompiled first; the session plays on meanwhile)."""
+    from hotplate.serve.sessions import SWITCH_TIMEOUT
+
+    s = svc.sessions.get(session_id, caller)
+    op = {"op": "switch", "persona": s.job.persona, "attire": body.attire, "motion": body.motion}
+    await svc.sessions.call(s, op, SWITCH_TIMEOUT)
+    return Response(status_code=204)
+
+
+def _format(rate: Any, channels: Any, fmt: Any = "s16le") -> tuple[int, int]:
+    if fmt != "s16le":
+        raise ValueError(f"format {fmt!r} is not supported; send 's16le' PCM")
+    if not isinstance(rate, int) or not SAMPLE_RATES[0] <= rate <= SAMPLE_RATES[1]:
+        raise ValueError(
+            f"sample_rate {rate!r} must be an integer from {SAMPLE_RATES[0]} to {SAMPLE_RATES[1]} Hz"
+        )
+    if not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
+        raise ValueError(f"channels {channels!r} must be 1 to {MAX_CHANNELS}")
+    return rate, channels
+
+
+@router.post("/v1/sessions/{session_id}/speech", status_code=204)
+async def speech_post(
+    svc: Svc, caller: Caller, session_id: str, request: Request, sample_rate: int, channels: int = 1
+) -> Response:
+    """One turn of PCM (s16le) as the body, sent as it is spoken (chunked)."""
+    s = svc.sessions.get(session_id, caller)
+    try:
+        rate, channels = _format(sample_rate, channels)
+    except ValueError as exc:
+        raise Problem(422, str(exc)) from None
+    async for chunk in request.stream():
+        if chunk:
+            await svc.sessions.pcm(s, rate, channels, chunk)
+    await svc.sessions.send(s, {"op": "end_of_turn"})
+    return Response(status_code=204)
+
+
+@router.websocket("/v1/sessions/{session_id}/speech")
+async def speech_socket(ws: WebSocket, session_id: str) -> None:
+    """PCM in as it is spoken (see the module doc)."""
+    svc = ws.app.state.service
+    client = ws.scope.get("state", {}).get("client", LOCAL)
+    await ws.accept()
+    try:
+        s = svc.sessions.get(session_id, client)
+        first = await asyncio.wait_for(ws.receive(), START_TIMEOUT)
+        if first["type"] == "websocket.disconnect":
+            return
+        try:
+            start = json.loads(first.get("text") or "")
+            rate, channels = _format(
+                start.get("sample_rate"), start.get("channels", 1), start.get("format", "s16le")
+            )
+        except (ValueError, AttributeError) as exc:
+            await _close(ws, UNSUPPORTED, f"the first message must be the format: {exc}")
+            return
+        while True:
+            msg = await ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                return
+            if msg.get("bytes"):
+                await svc.sessions.pcm(s, rate, channels, msg["bytes"])
+                continue
+            try:
+                kind = json.loads(msg.get("text") or "").get("type")
+            except (ValueError, AttributeError):
+                kind = None
+            if kind == "end_of_turn":
+                await svc.sessions.send(s, {"op": "end_of_turn"})
+            elif kind == "interrupt":
+                await svc.sessions.interrupt(s)
+            else:
+                await _close(
+                    ws, UNSUPPORTED, 'send binary PCM, {"type": "end_of_turn"} or "interrupt"'
+                )
+                return
+    except TimeoutError:
+        await _close(ws, POLICY, f"no format message within {START_TIMEOUT:g} s")
+    except Problem as exc:
+        await _close(ws, POLICY, exc.detail)
+    except WebSocketDisconnect:
+        pass
+
+
+async def _close(ws: WebSocket, code: int, detail: str) -> None:
+    try:
+        await ws.send_text(json.dumps({"type": "error", "detail": detail}))
+        await ws.close(code=code, reason=detail[:120])
+    except Exception:  # noqa: BLE001 - the client is gone
+        pass

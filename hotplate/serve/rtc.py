@@ -1,0 +1,297 @@
+"""WebRTC out of a `Conversation` (aiortc; the `[webrtc]` extra): one peer connection
+carrying the avatar's video and audio, and taking the browser's microphone and a data
+channel in. It runs in the render worker that holds the session (talk.py).
+
+- `FramePump` is the session's clock: a thread calls `Conversation.next_frame()` at the
+  conversation's rate (frame t is due t / fps after the first) and hands each frame's
+  picture and audio to the two tracks at the same moment, so the receiver gets both
+  with timestamps of one clock. A frame that comes late is sent late, never skipped
+  (the audio must not jump); a track that is not read keeps only the newest pictures.
+- `AvatarVideoTrack` / `AvatarAudioTrack`: aiortc's tracks fed by the pump (video at
+  90 kHz, audio 20 ms frames of 48 kHz mono).
+- `answer(offer)`: the peer connection for a WHEP offer (recvonly, or sendrecv audio
+  with the microphone), its tracks added, the answer with every host candidate in it
+  (no trickle: WHEP players and the page take one answer).
+- `configure_ice(addresses, ...)`: which local addresses are candidates. aioice leaves
+  127.0.0.1 out of its host candidates (aioice.ice.get_host_addresses skips it, with no
+  option to keep it), so a server bound to loopback would offer none: the function is
+  replaced by one that returns the addresses the server was told to use. Consent checks
+  are made every second (aioice's default: 5 s, failing after 6), so a peer that
+  vanishes is noticed in CONSENT_FAILURES seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+log = logging.getLogger("hotplate.serve")
+
+VIDEO_CLOCK = 90000
+AUDIO_RATE = 48000
+AUDIO_CHUNK = 960  # samples per audio frame sent (20 ms, Opus's frame)
+VIDEO_QUEUE = 3  # pictures a track holds when its reader is slow; older ones are dropped
+CONSENT_INTERVAL = 1.0  # s between consent checks (aioice's default: 5)
+CONSENT_FAILURES = 4  # failed checks before the peer counts as gone
+CATCH_UP = 0.5  # s: a pump this far behind its clock resumes from now, not in a burst
+MIC_MAX_QUEUED = 0.3  # s: microphone speech queued past this is dropped (clock drift)
+# the encoder's bitrate ceiling by profile (aiortc's VP8 default ceiling is 1.5 Mbit/s)
+MAX_BITRATE = {"preview": 1_500_000, "export": 4_000_000}
+
+
+@dataclass
+class PumpStats:
+    frames: int = 0
+    speaking: int = 0
+    late: int = 0  # frames rendered more than one frame period after they were due
+    dropped: int = 0  # pictures a slow track never took
+    stalls: int = 0  # times the pump fell CATCH_UP s behind and resumed from now
+    render_seconds: float = 0.0
+    first_frame: float | None = None  # monotonic time the first frame was handed over
+    onsets: list = field(default_factory=list)  # (speech_onset, handed over) per turn start
+
+
+def configure_ice(addresses: Sequence[str] | None) -> None:
+    """Host candidates from `addresses` (None: every interface's address and loopback),
+    and consent checks every CONSENT_INTERVAL s (module doc)."""
+    from aioice import ice
+
+    found = ice.get_host_addresses
+    if not hasattr(found, "hotplate"):
+
+        def host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+            chosen = host_addresses.chosen
+            if chosen is None:
+                return [*found(use_ipv4, use_ipv6), *(["127.0.0.1"] if use_ipv4 else [])]
+            return [a for a in chosen if (":" in a and use_ipv6) or (":" not in a and use_ipv4)]
+
+        host_addresses.hotplate = True
+        ice.get_host_addresses = host_addresses
+    ice.get_host_addresses.chosen = list(addresses) if addresses else None
+    ice.CONSENT_INTERVAL = CONSENT_INTERVAL
+    ice.CONSENT_FAILURES = CONSENT_FAILURES
+
+
+def configure_bitrate(profile: str) -> None:
+    from aiortc.codecs import vpx
+
+    vpx.MAX_BITRATE = MAX_BITRATE.get(profile, MAX_BITRATE["preview"])
+
+
+def _tracks_base():
+    from aiortc.mediastreams import MediaStreamTrack
+
+    return MediaStreamTrack
+
+
+class FramePump:
+    """The conversation's clock (module doc). `start()` once the peer is connected."""
+
+    def __init__(self, conv, loop: asyncio.AbstractEventLoop) -> None:
+        self.conv, self.loop = conv, loop
+        self.stats = PumpStats()
+        self.video: asyncio.Queue = asyncio.Queue()
+        self.audio: asyncio.Queue = asyncio.Queue()
+        self.stop_event = threading.Event()
+        self.failed: BaseException | None = None
+        self.on_failure: Callable[[BaseException], None] | None = None
+        self.thread = threading.Thread(target=self._run, name="talk-pump", daemon=True)
+
+    def start(self) -> None:
+        if not self.thread.is_alive() and not self.stop_event.is_set():
+            self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - ends the session, said once
+            self.failed = exc
+            if self.on_failure is not None:
+                self.loop.call_soon_threadsafe(self.on_failure, exc)
+
+    def _loop(self) -> None:
+        from pipeline.yuv import copy_frame
+
+        period = 1.0 / self.conv.fps
+        start = time.monotonic()
+        t = 0
+        while not self.stop_event.is_set():
+            due = start + t * period
+            wait = due - time.monotonic()
+            if wait > 0 and self.stop_event.wait(wait):
+                return
+            if -wait > CATCH_UP:  # far behind (a stalled machine): resume from now
+                start -= wait
+                due -= wait
+                self.stats.stalls += 1
+            began = time.monotonic()
+            frame = self.conv.next_frame()
+            # a picture of its own: aiortc stamps it, and a stored frame is shared
+            picture = copy_frame(frame.video)
+            picture.pts = int(round(t * VIDEO_CLOCK / self.conv.fps))
+            picture.time_base = fractions.Fraction(1, VIDEO_CLOCK)
+            done = time.monotonic()
+            s = self.stats
+            s.render_seconds += done - began
+            s.frames += 1
+            s.speaking += frame.speaking
+            if done - due > period:
+                s.late += 1
+            if s.first_frame is None:
+                s.first_frame = done
+            self.loop.call_soon_threadsafe(self._hand_over, frame, picture, t, done)
+            t += 1
+
+    def _hand_over(self, frame, picture, t: int, done: float) -> None:
+        while self.video.qsize() >= VIDEO_QUEUE:
+            self.video.get_nowait()
+            self.stats.dropped += 1
+        self.video.put_nowait(picture)
+        spf = self.conv.samples_per_frame
+        for at in range(0, spf, AUDIO_CHUNK):
+            self.audio.put_nowait((t * spf + at, frame.audio[at : at + AUDIO_CHUNK]))
+        if frame.speaking and frame.speech_onset is not None:
+            onsets = self.stats.onsets
+            if not onsets or onsets[-1][0] != frame.speech_onset:
+                onsets.append((frame.speech_onset, done))
+                del onsets[:-100]
+
+
+def video_track(pump: FramePump):
+    class AvatarVideoTrack(_tracks_base()):
+        kind = "video"
+
+        async def recv(self):
+            return await pump.video.get()
+
+    return AvatarVideoTrack()
+
+
+def audio_track(pump: FramePump):
+    import av
+
+    class AvatarAudioTrack(_tracks_base()):
+        kind = "audio"
+
+        async def recv(self):
+            pts, samples = await pump.audio.get()
+            frame = av.AudioFrame.from_ndarray(
+                np.ascontiguousarray(samples[None, :]), format="s16", layout="mono"
+            )
+            frame.sample_rate = AUDIO_RATE
+            frame.pts = pts
+            frame.time_base = fractions.Fraction(1, AUDIO_RATE)
+            return frame
+
+    return AvatarAudioTrack()
+
+
+async def feed_microphone(track, conv) -> None:
+    """The browser's microphone into the conversation, until the track ends. What
+    arrives while more than MIC_MAX_QUEUED s is queued is dropped: the sender's clock
+    and this one drift apart, and the avatar must not fall behind the speaker. Digital
+    silence (a muted track) is not queued: the page mutes the microphone while a clip is
+    said over the speech socket, whose turn it would cut into."""
+    from aiortc.mediastreams import MediaStreamError
+
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        if conv.queued_seconds() > MIC_MAX_QUEUED:
+            continue
+        pcm = frame.to_ndarray()
+        if not pcm.any():  # a muted microphone: other speech may be queued, leave it alone
+            continue
+        channels = len(frame.layout.channels)
+        if frame.format.name != "s16":
+            pcm = np.clip(pcm * 32767, -32768, 32767)
+        data = np.ascontiguousarray(pcm.astype("<i2")).reshape(-1).tobytes()
+        conv.push_speech(data, frame.sample_rate, channels)
+
+
+@dataclass
+class Peer:
+    pc: object
+    pump: FramePump
+    connected: asyncio.Event
+    gone: asyncio.Future  # set with a one-line reason when the peer fails or closes
+
+
+async def answer(
+    offer_sdp: str,
+    conv,
+    ice_servers: Sequence[str] = (),
+    on_message: Callable[[str], None] | None = None,
+) -> tuple[Peer, str]:
+    """The peer connection for a WHEP offer and its SDP answer; ValueError (one line) for
+    an offer that is no SDP or asks for no video."""
+    from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
+
+    if not isinstance(offer_sdp, str) or not offer_sdp.lstrip().startswith("v=0"):
+        raise ValueError("the offer is not an SDP description (it must start with v=0)")
+    loop = asyncio.get_running_loop()
+    # a list, even empty: aiortc's default (None) asks a public STUN server
+    config = RTCConfiguration(iceServers=[RTCIceServer(urls=u) for u in ice_servers])
+    pc = RTCPeerConnection(configuration=config)
+    pump = FramePump(conv, loop)
+    peer = Peer(pc, pump, asyncio.Event(), loop.create_future())
+
+    def gone(why: str) -> None:
+        if not peer.gone.done():
+            peer.gone.set_result(why)
+
+    pump.on_failure = lambda exc: gone(f"the render failed: {str(exc).splitlines()[0]}")
+
+    @pc.on("connectionstatechange")
+    async def on_state() -> None:
+        state = pc.connectionState
+        if state == "connected":
+            peer.connected.set()
+            pump.start()
+        elif state in ("failed", "closed"):  # it hung up, or its ICE consent lapsed
+            gone(f"the peer went away (connection {state}, ICE {pc.iceConnectionState})")
+
+    @pc.on("track")
+    def on_track(track) -> None:
+        if track.kind == "audio":
+            task = loop.create_task(feed_microphone(track, conv))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    @pc.on("datachannel")
+    def on_channel(channel) -> None:
+        @channel.on("message")
+        def on_msg(message) -> None:
+            if on_message is not None and isinstance(message, str):
+                on_message(message)
+
+    try:
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
+        kinds = {t.kind for t in pc.getTransceivers()}
+        if "video" not in kinds:
+            raise ValueError("the SDP offer asks for no video; offer to receive video (and audio)")
+        pc.addTrack(video_track(pump))
+        if "audio" in kinds:
+            pc.addTrack(audio_track(pump))
+        await pc.setLocalDescription(await pc.createAnswer())
+    except ValueError:
+        await pc.close()
+        raise
+    except Exception as exc:  # aiortc's parse errors are of many kinds: one line for all
+        await pc.close()
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ValueError(f"the offer is not a usable SDP description: {detail}") from None
+    return peer, pc.localDescription.sdp

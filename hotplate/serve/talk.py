@@ -1,0 +1,293 @@
+"""What a render worker runs for a conversation session (job kind "talk"): one hot
+avatar in a `Conversation` (pipeline/render/conversation.py), sent over one WebRTC peer
+connection (rtc.py), steered by the server over a control socket (talk_wire.py).
+
+The session holds its worker and its avatar's lease (`hot_avatar`, as every render
+does; a switch leases the new avatar too) from the start to its end, which is the
+first of: the server's hangup (DELETE of the session or of its WHEP resource), the
+peer failing or closing (ICE consent lost: a peer that vanished), no ICE connection
+ICE_TIMEOUT s after the answer, a malformed offer, no control connection within
+CONNECT_TIMEOUT s or no offer within OFFER_TIMEOUT s of the start, the session limit,
+the control channel closing (the server went away), or the render failing. The job
+then returns (the worker is free, the lease released) and the server logs one line
+with the reason the worker sent in its last message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from hotplate.serve import talk_wire as wire
+
+CONNECT_TIMEOUT = 15.0  # s from ready: the server connects to the control socket
+# s from ready: a session no player connects to ends
+OFFER_TIMEOUT = float(os.environ.get("HOTPLATE_SESSION_OFFER_TIMEOUT", "60"))
+# s from the answer: a peer that never completes ICE ends the session
+ICE_TIMEOUT = float(os.environ.get("HOTPLATE_SESSION_ICE_TIMEOUT", "10"))
+
+
+def run_talk_job(
+    store: Any, settings: dict, fields: dict, recipe: Any, progress, status_for
+) -> dict:
+    """One "talk" job, start to end (module doc); returns its figures. `status_for`: the
+    HTTP status of an exception (workers.py's), for a switch that fails."""
+    from hotplate.serve import rtc
+    from pipeline.lip_sync import LipSyncRequest, hot_avatar
+    from pipeline.render.conversation import Conversation
+
+    personas, backend = Path(settings["personas"]), fields["backend"]
+
+    def hot(leases: ExitStack, persona: str, attire: str, motion: str | None):
+        request = LipSyncRequest(
+            persona, attire, Path(os.devnull), Path(os.devnull), motion, backend=backend
+        )
+        steps = hot_avatar(
+            store,
+            personas,
+            recipe,
+            request,
+            progress,
+            settings["flight_wait"],
+            on_jit=progress.jit,
+        )
+        found = leases.enter_context(steps)
+        return found, found.assets(store)
+
+    with ExitStack() as leases:
+        first, assets = hot(leases, fields["persona"], fields["attire"], fields.get("motion"))
+        rtc.configure_ice(fields.get("ice_addresses") or None)
+        rtc.configure_bitrate(fields.get("profile") or "preview")
+        conv = Conversation(
+            assets,
+            backend=backend,
+            fps=first.options.get("fps"),
+            loop=first.options.get("loop") or settings["loop"],
+            models_dir=first.recipe.models_dir,
+            vae=first.recipe.vae or None,
+        )
+        with conv:
+            session = TalkSession(conv, fields, lambda *names: hot(leases, *names)[1], status_for)
+            # no done/total: admission estimates a session's length from finished ones
+            result = asyncio.run(session.run(lambda: progress("talk ready", 0, 0)))
+    result["avatar"] = first.avatar
+    result["jit"], result["jit_seconds"] = first.jit, first.jit_seconds
+    return result
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class TalkSession:
+    """The session's event loop: the control channel, the peer, the deadlines."""
+
+    def __init__(self, conv, fields: dict, hot, status_for) -> None:
+        self.conv, self.fields, self.hot, self.status_for = conv, fields, hot, status_for
+        self.peer = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.pushed = 0  # bytes of PCM pushed, per (rate, channels) below
+        self.speech_seconds = 0.0
+        self.offered: float | None = None  # monotonic time of the offer
+        self.tasks: set[asyncio.Task] = set()
+
+    def end(self, why: str) -> None:
+        if not self.ended.done():
+            self.ended.set_result(why)
+
+    async def run(self, ready) -> dict:
+        loop = asyncio.get_running_loop()
+        self.ended = loop.create_future()
+        path = self.fields["control"]
+        server = await asyncio.start_unix_server(self._serve, path=path)
+        os.chmod(path, 0o600)
+        self.started, self.cpu_at_start = time.monotonic(), _cpu_seconds()
+        ready()
+        watchdog = self._spawn(self._deadlines())
+        try:
+            why = await self.ended
+        finally:
+            watchdog.cancel()
+            server.close()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        figures = await self._close(why)
+        return figures
+
+    async def _close(self, why: str) -> dict:
+        figures = self.figures()
+        if self.peer is not None:
+            await asyncio.to_thread(self.peer.pump.stop)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.peer.pc.close(), 5.0)
+        for task in list(self.tasks):
+            task.cancel()
+        if self.writer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    wire.send_json(self.writer, {"event": "ended", "why": why, **figures}), 2.0
+                )
+                self.writer.close()
+        figures["why"] = why
+        return figures
+
+    def figures(self) -> dict:
+        out: dict[str, Any] = {
+            "audio_seconds": round(self.speech_seconds, 3),
+            # the worker's CPU (render, encode, network) since the session was ready
+            "cpu_seconds": round(_cpu_seconds() - self.cpu_at_start, 3),
+            "seconds": round(time.monotonic() - self.started, 3),
+            "fps": self.conv.fps,
+            "width": self.conv.width,
+            "height": self.conv.height,
+        }
+        if self.peer is not None:
+            s = self.peer.pump.stats
+            out.update(
+                frames=s.frames,
+                speaking_frames=s.speaking,
+                late_frames=s.late,
+                dropped_frames=s.dropped,
+                stalls=s.stalls,
+                render_seconds=round(s.render_seconds, 3),
+            )
+            if s.first_frame is not None and self.offered is not None:
+                out["first_frame_seconds"] = round(s.first_frame - self.offered, 4)
+            out["handover_seconds"] = [round(h - o, 4) for o, h in s.onsets]
+        return out
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def _deadlines(self) -> None:
+        await asyncio.sleep(min(CONNECT_TIMEOUT, OFFER_TIMEOUT))
+        if self.writer is None:
+            self.end(f"the server did not connect to the session within {CONNECT_TIMEOUT:g} s")
+            return
+        await asyncio.sleep(max(0.0, OFFER_TIMEOUT - CONNECT_TIMEOUT))
+        if self.peer is None:
+            self.end(f"no WHEP offer within {OFFER_TIMEOUT:g} s of the session's start")
+            return
+        limit = float(self.fields.get("max_seconds") or 3600.0)
+        await asyncio.sleep(max(0.0, limit - OFFER_TIMEOUT))
+        self.end(f"the session reached its {limit:g} s limit")
+
+    # -- the control channel
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.writer is not None:  # one controller: the server
+            writer.close()
+            return
+        self.writer = writer
+        while not self.ended.done():
+            try:
+                got = await wire.receive(reader)
+            except (ValueError, json.JSONDecodeError) as exc:
+                self.end(f"the control channel sent a bad message: {exc}")
+                return
+            if got is None:
+                self.end("the server closed the control channel")
+                return
+            kind, body = got
+            if kind == wire.PCM:
+                rate, channels, pcm = body
+                self.conv.push_speech(pcm, rate, channels)
+                self.speech_seconds += len(pcm) / (2 * channels * rate)
+                continue
+            await self._operation(body)
+
+    async def _operation(self, msg: dict) -> None:
+        op = msg.get("op")
+        if op == "end_of_turn":
+            self.conv.end_of_turn()
+        elif op == "interrupt":
+            self.conv.interrupt()
+        elif op == "hangup":
+            self.end(str(msg.get("why") or "the session was ended"))
+        elif op == "stats":
+            await self._reply(msg, self.figures())
+        elif op == "offer":
+            self._spawn(self._offer(msg))
+        elif op == "switch":
+            self._spawn(self._switch(msg))
+        else:
+            await self._reply(msg, {"error": f"unknown operation {op!r}", "status": 400})
+
+    async def _reply(self, msg: dict, body: dict) -> None:
+        if self.writer is not None and "id" in msg:
+            with contextlib.suppress(ConnectionError):
+                await wire.send_json(self.writer, {"id": msg["id"], **body})
+
+    def on_channel_message(self, text: str) -> None:
+        """A data-channel message from the page: "interrupt", "end_of_turn", or either as
+        {"type": ...}."""
+        try:
+            kind = json.loads(text).get("type") if text.lstrip().startswith("{") else text
+        except (ValueError, AttributeError):
+            return
+        if kind == "interrupt":
+            self.conv.interrupt()
+        elif kind == "end_of_turn":
+            self.conv.end_of_turn()
+
+    async def _offer(self, msg: dict) -> None:
+        from hotplate.serve import rtc
+
+        if self.peer is not None:
+            await self._reply(
+                msg,
+                {
+                    "error": "this session has its peer already; start another session",
+                    "status": 409,
+                },
+            )
+            return
+        self.offered = time.monotonic()
+        try:
+            peer, sdp = await rtc.answer(
+                msg.get("sdp"),
+                self.conv,
+                self.fields.get("ice_servers") or (),
+                self.on_channel_message,
+            )
+        except ValueError as exc:
+            await self._reply(msg, {"error": str(exc), "status": 400})
+            self.end(f"malformed offer: {exc}")
+            return
+        self.peer = peer
+        await self._reply(msg, {"sdp": sdp})
+        self._spawn(self._watch(peer))
+
+    async def _watch(self, peer) -> None:
+        try:
+            await asyncio.wait_for(peer.connected.wait(), ICE_TIMEOUT)
+        except TimeoutError:
+            self.end(f"the peer did not complete ICE within {ICE_TIMEOUT:g} s of the answer")
+            return
+        if self.writer is not None:
+            with contextlib.suppress(ConnectionError):
+                await wire.send_json(self.writer, {"event": "connected"})
+        self.end(await peer.gone)
+
+    async def _switch(self, msg: dict) -> None:
+        from watcher.process import one_line
+
+        try:
+            assets = await asyncio.to_thread(
+                self.hot, msg.get("persona"), msg.get("attire"), msg.get("motion")
+            )
+            self.conv.switch(assets)
+        except Exception as exc:  # noqa: BLE001 - the caller is told, the session goes on
+            await self._reply(msg, {"error": one_line(exc), "status": self.status_for(exc)})
+            return
+        await self._reply(msg, {})

@@ -1,0 +1,140 @@
+"""A real WebRTC player for the conversation sessions' tests and benches: an aiortc peer
+on loopback that POSTs its offer to a session's WHEP URL and keeps what it receives,
+decoded (pictures as luma planes, audio as int16 mono at 48 kHz), with the monotonic
+time each arrived; it can send a microphone track (samples played in real time) and
+messages on a data channel."""
+
+from __future__ import annotations
+
+import asyncio
+import fractions
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+RATE = 48000
+CHUNK = 960  # 20 ms
+
+
+@dataclass
+class Received:
+    video: list = field(default_factory=list)  # (arrived, luma (h, w) uint8)
+    audio: list = field(default_factory=list)  # (arrived, int16 mono samples)
+    first_video: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def microphone(samples: np.ndarray):
+    """An audio track playing `samples` (int16 mono, 48 kHz) in real time, then silence."""
+    import av
+    from aiortc.mediastreams import MediaStreamTrack
+
+    class Microphone(MediaStreamTrack):
+        kind = "audio"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.at = 0
+            self.start: float | None = None
+
+        async def recv(self):
+            if self.start is None:
+                self.start = time.monotonic()
+            due = self.start + self.at / RATE
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            chunk = samples[self.at : self.at + CHUNK]
+            chunk = np.concatenate([chunk, np.zeros(CHUNK - chunk.size, np.int16)])
+            frame = av.AudioFrame.from_ndarray(chunk[None, :], format="s16", layout="mono")
+            frame.sample_rate, frame.pts = RATE, self.at
+            frame.time_base = fractions.Fraction(1, RATE)
+            self.at += CHUNK
+            return frame
+
+    return Microphone()
+
+
+class WhepPeer:
+    """connect() -> the WHEP answer's response; `received` fills as media arrives."""
+
+    def __init__(self, mic: np.ndarray | None = None, channel: bool = False) -> None:
+        from aiortc import RTCConfiguration, RTCPeerConnection
+
+        from hotplate.serve.rtc import configure_ice
+
+        configure_ice(["127.0.0.1"])  # loopback only
+        # no ICE servers: aiortc's default (None) would ask a public STUN server
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.received = Received()
+        self.tasks: list[asyncio.Task] = []
+        self.channel = self.pc.createDataChannel("control") if channel else None
+        self.pc.addTransceiver("video", direction="recvonly")
+        if mic is not None:
+            self.pc.addTrack(microphone(mic))
+        else:
+            self.pc.addTransceiver("audio", direction="recvonly")
+        self.pc.on("track", self._on_track)
+
+    def _on_track(self, track) -> None:
+        self.tasks.append(asyncio.ensure_future(self._read(track)))
+
+    async def _read(self, track) -> None:
+        from aiortc.mediastreams import MediaStreamError
+
+        r = self.received
+        while True:
+            try:
+                frame = await track.recv()
+            except MediaStreamError:
+                return
+            now = time.monotonic()
+            if track.kind == "video":
+                r.video.append((now, luma(frame)))
+                r.first_video.set()
+            else:
+                pcm = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0]
+                r.audio.append((now, pcm.astype(np.int16)))
+
+    async def offer(self) -> str:
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        return self.pc.localDescription.sdp
+
+    async def connect(self, client, whep: str, answer: bool = True):
+        """POST the offer; with `answer`, apply the answer (False: a peer that never
+        completes ICE)."""
+        from aiortc import RTCSessionDescription
+
+        sdp = await self.offer()
+        self.offered = time.monotonic()
+        r = await client.post(whep, content=sdp, headers={"content-type": "application/sdp"})
+        if r.status_code == 201 and answer:
+            await self.pc.setRemoteDescription(RTCSessionDescription(r.text, "answer"))
+        return r
+
+    async def wait_open(self, timeout: float = 30.0) -> None:
+        """Until the data channel is open."""
+        deadline = time.monotonic() + timeout
+        while self.channel.readyState != "open":
+            if time.monotonic() > deadline:
+                raise AssertionError("the data channel did not open")
+            await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await self.pc.close()
+
+
+def luma(frame) -> np.ndarray:
+    """The Y plane of a decoded picture (as stored frames are compared: limited range)."""
+    if frame.format.name != "yuv420p":
+        frame = frame.reformat(format="yuv420p")
+    return frame.to_ndarray()[: frame.height].copy()
+
+
+def audio_since(received: Received, since: float) -> np.ndarray:
+    parts = [a for t, a in received.audio if t >= since]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int16)
+
+
+def rms(samples: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(samples.astype(np.float64) ** 2))) if samples.size else 0.0

@@ -1,0 +1,394 @@
+"""Conversation sessions on a real `hotplate serve` (uvicorn on loopback, real workers),
+played by real aiortc peers over ICE on 127.0.0.1 (testkit/webrtc_peer.py); the mouth is
+read from the decoded pictures (testkit/mouth_reader.py). Every wait has a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from cachestore.leases import live_leases
+from cachestore.store import forget_store, open_store
+from hotplate.demo_data import make_speech_audio
+from pipeline.hot import load_assets
+from testkit.mouth_reader import MouthReader
+from testkit.serve_helpers import Server, assert_problem, make_world, wait_state
+from testkit.webrtc_peer import WhepPeer, audio_since, rms
+
+pytestmark = pytest.mark.slow
+ICE_TIMEOUT = 3.0  # s: HOTPLATE_SESSION_ICE_TIMEOUT for these servers
+AT_REST = 6.0  # mean luma difference in the mouth's rectangle: an idle picture's is ~3
+OPEN = 12.0  # ... and a mouth opened by speech is 20 and more
+ASTRO = {"persona": "astro", "attire": "studio"}
+ENV = {"HOTPLATE_SESSION_ICE_TIMEOUT": str(ICE_TIMEOUT), "HOTPLATE_SESSION_OFFER_TIMEOUT": "30"}
+
+
+def precompiled(srv: Server, attire: str = "studio") -> str:
+    with srv.client() as c:
+        job = c.post("/v1/precompile", data={"persona": "astro", "attire": attire}).json()
+        done = wait_state(c, job["id"], ("done", "failed"))
+    assert done["state"] == "done", done
+    return done["avatar"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return make_world(tmp_path_factory.mktemp("sessions"), attires=("studio", "evening"))
+
+
+@pytest.fixture(scope="module")
+def server(world):
+    with Server(world, "--workers", "2", "--max-sessions", "2", env=ENV) as srv:
+        srv.avatar = precompiled(srv)
+        precompiled(srv, "evening")
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def reader(server, world):
+    store = open_store(world / "cache")
+    yield MouthReader(load_assets(store, server.avatar))
+    forget_store(world / "cache")
+
+
+def pcm(seconds: float, rate: int = 24000, seed: int = 0) -> bytes:
+    return (make_speech_audio(seconds, rate, seed) * 32767).astype("<i2").tobytes()
+
+
+async def until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def gone(c: httpx.AsyncClient, sid: str, timeout: float = 20.0) -> None:
+    async def ended() -> bool:
+        return (await c.get(f"/v1/sessions/{sid}")).status_code == 404
+
+    deadline = time.monotonic() + timeout
+    while not await ended():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"session {sid} still live after {timeout} s")
+        await asyncio.sleep(0.1)
+
+
+def ended_lines(srv: Server, sid: str) -> list[str]:
+    text = (srv.root / f"serve-{srv.port}.log").read_text(errors="replace")
+    return [line for line in text.splitlines() if f"session {sid} ended" in line]
+
+
+async def wait_ended_line(srv: Server, sid: str, timeout: float = 20.0) -> str:
+    await until(lambda: ended_lines(srv, sid), timeout, f"session {sid}'s end in the log")
+    lines = ended_lines(srv, sid)
+    assert len(lines) == 1, lines  # one line per session
+    return lines[0]
+
+
+def openings(peer: WhepPeer, reader: MouthReader, since: float, until_t: float = 1e18):
+    return [(t, *reader.read(luma)) for t, luma in peer.received.video if since <= t < until_t]
+
+
+async def speak(url: str, session: dict, data: bytes, rate: int = 24000, end: bool = True):
+    import websockets
+
+    ws = await websockets.connect(url.replace("http", "ws", 1) + session["speech"])
+    await ws.send(json.dumps({"sample_rate": rate, "channels": 1, "format": "s16le"}))
+    for at in range(0, len(data), 9600):
+        await ws.send(data[at : at + 9600])
+    if end:
+        await ws.send(json.dumps({"type": "end_of_turn"}))
+    return ws
+
+
+def test_a_session_listens_talks_and_is_interrupted(server, world, reader):
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            r = await c.post("/v1/sessions", json=ASTRO)
+            assert r.status_code == 201, r.text
+            s = r.json()
+            assert set(s) >= {"id", "whep", "speech", "interrupt"}
+            assert r.headers["location"] == f"/v1/sessions/{s['id']}"
+            assert live_leases(world / "cache", clean=False)  # the session holds its avatar
+            peer = WhepPeer()
+            answer = await peer.connect(c, s["whep"])
+            assert answer.status_code == 201, answer.text
+            assert answer.headers["content-type"] == "application/sdp"
+            assert answer.headers["location"] == f"/v1/sessions/{s['id']}/whep/peer"
+            # host candidates on loopback only: no STUN or TURN server was asked
+            candidates = [x for x in answer.text.splitlines() if x.startswith("a=candidate")]
+            assert candidates and all(" 127.0.0.1 " in x and "typ host" in x for x in candidates)
+            await asyncio.wait_for(peer.received.first_video.wait(), 30)
+
+            # listening: the loop plays on (its frames change), the mouth at rest, silence
+            idle_from = time.monotonic()
+            await until(lambda: len(openings(peer, reader, idle_from)) >= 25, 30, "1 s of video")
+            idle = openings(peer, reader, idle_from)
+            assert len({idx for _, idx, _ in idle}) >= 4  # it moves through the loop
+            assert max(score for _, _, score in idle) < AT_REST
+            assert rms(audio_since(peer.received, idle_from)) < 50
+
+            # a turn: the mouth opens, the audio carries the speech, then rest again
+            ws = await speak(server.url, s, pcm(2.0))
+            spoke = time.monotonic()
+            await until(lambda: len(openings(peer, reader, spoke)) >= 75, 30, "3 s of video")
+            turn = openings(peer, reader, spoke, spoke + 2.2)
+            assert max(score for _, _, score in turn) > OPEN
+            assert rms(audio_since(peer.received, spoke)) > 500
+            after = openings(peer, reader, spoke + 2.6)
+            assert after and max(score for _, _, score in after) < AT_REST
+
+            # an interrupt mid-turn: the mouth rests and the audio stops
+            await ws.send(pcm(6.0, seed=1))
+            await ws.send(json.dumps({"type": "end_of_turn"}))
+            talking = time.monotonic()
+            await until(
+                lambda: any(sc > OPEN for _, _, sc in openings(peer, reader, talking)),
+                30,
+                "the mouth to open",
+            )
+            assert (await c.post(s["interrupt"])).status_code == 204
+            cut = time.monotonic()
+            await until(lambda: len(openings(peer, reader, cut + 0.4)) >= 25, 30, "1 s more")
+            rest = openings(peer, reader, cut + 0.4)
+            assert max(score for _, _, score in rest) < AT_REST
+            parts = [a for t, a in peer.received.audio if t >= cut + 0.4]
+            assert rms(np.concatenate(parts)) < 50
+            await ws.close()
+
+            figures = (await c.get(f"/v1/sessions/{s['id']}")).json()
+            assert figures["connected"] and figures["frames"] >= 100
+            assert figures["speaking_frames"] >= 50 and figures["dropped_frames"] == 0
+            assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
+            await gone(c, s["id"])
+            await peer.close()
+            line = await wait_ended_line(server, s["id"])
+            assert "ended by DELETE" in line
+            await until(lambda: not live_leases(world / "cache", clean=False), 20, "no lease")
+
+    asyncio.run(run())
+
+
+def test_the_caps_answer_503_with_retry_after_and_a_freed_worker_serves_again(server):
+    with server.client() as c:
+        first = c.post("/v1/sessions", json=ASTRO)
+        second = c.post("/v1/sessions", json=ASTRO)
+        assert first.status_code == second.status_code == 201, (first.text, second.text)
+        full = c.post("/v1/sessions", json=ASTRO)
+        assert_problem(full, 503, "--max-sessions")
+        assert int(full.headers["retry-after"]) > 0
+        assert c.delete(f"/v1/sessions/{first.json()['id']}").status_code == 204
+        again = c.post("/v1/sessions", json=ASTRO)
+        assert again.status_code == 201, again.text
+        for r in (second, again):
+            assert c.delete(f"/v1/sessions/{r.json()['id']}").status_code == 204
+        assert_problem(c.post("/v1/sessions", json={**ASTRO, "attire": "nope"}), 404, "nope")
+
+
+def test_a_malformed_offer_or_a_peer_that_never_connects_ends_that_session_alone(server):
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            good = (await c.post("/v1/sessions", json=ASTRO)).json()
+            peer = WhepPeer()
+            assert (await peer.connect(c, good["whep"])).status_code == 201
+            await asyncio.wait_for(peer.received.first_video.wait(), 30)
+
+            bad = (await c.post("/v1/sessions", json=ASTRO)).json()
+            r = await c.post(
+                bad["whep"],
+                content=b"v=0\r\nthis is no SDP",
+                headers={"content-type": "application/sdp"},
+            )
+            assert_problem(r, 400, "SDP")
+            await gone(c, bad["id"])
+            assert "malformed offer" in await wait_ended_line(server, bad["id"])
+            wrong = await c.post(
+                good["whep"], content=b"v=0", headers={"content-type": "text/plain"}
+            )
+            assert_problem(wrong, 415, "application/sdp")
+
+            # an offer whose peer never applies the answer: no ICE, ended in ICE_TIMEOUT
+            mute = (await c.post("/v1/sessions", json=ASTRO)).json()
+            silent = WhepPeer()
+            assert (await silent.connect(c, mute["whep"], answer=False)).status_code == 201
+            asked = time.monotonic()
+            await gone(c, mute["id"], ICE_TIMEOUT + 15)
+            assert "did not complete ICE" in await wait_ended_line(server, mute["id"])
+            print(f"no-ICE session ended {time.monotonic() - asked:.1f} s after its answer")
+            await silent.close()
+
+            # the good session played on throughout
+            now = time.monotonic()
+            await until(lambda: any(t > now for t, _ in peer.received.video), 10, "video")
+            assert (await c.get(f"/v1/sessions/{good['id']}")).status_code == 200
+            await c.delete(f"/v1/sessions/{good['id']}")
+            await peer.close()
+
+    asyncio.run(run())
+
+
+VANISHING_PEER = """
+import asyncio, sys, httpx
+from testkit.webrtc_peer import WhepPeer
+async def main():
+    async with httpx.AsyncClient(base_url=sys.argv[1], timeout=60) as c:
+        peer = WhepPeer()
+        await peer.connect(c, sys.argv[2])
+        await asyncio.wait_for(peer.received.first_video.wait(), 60)
+        print("playing", flush=True)
+        await asyncio.sleep(600)
+asyncio.run(main())
+"""
+
+
+def test_a_peer_that_vanishes_mid_session_ends_it_within_seconds(server, world):
+    with server.client() as c:
+        s = c.post("/v1/sessions", json=ASTRO).json()
+        env = {**os.environ, "PYTHONPATH": os.getcwd()}
+        proc = subprocess.Popen(
+            [sys.executable, "-c", VANISHING_PEER, server.url, s["whep"]],
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        try:
+            assert proc.stdout.readline().strip() == b"playing"
+            assert c.get(f"/v1/sessions/{s['id']}").json()["connected"]
+        finally:
+            proc.send_signal(signal.SIGKILL)  # no goodbye: its packets just stop
+            proc.wait(timeout=30)
+        killed = time.monotonic()
+        deadline = killed + 30
+        while c.get(f"/v1/sessions/{s['id']}").status_code != 404:
+            assert time.monotonic() < deadline, "the session outlived its peer by 30 s"
+            time.sleep(0.2)
+        print(f"vanished peer's session ended {time.monotonic() - killed:.1f} s after the kill")
+        line = asyncio.run(wait_ended_line(server, s["id"]))
+        assert "the peer went away" in line
+        # its worker is free: two sessions fit again
+        made = [c.post("/v1/sessions", json=ASTRO) for _ in range(2)]
+        assert [r.status_code for r in made] == [201, 201], [r.text for r in made]
+        for r in made:
+            c.delete(f"/v1/sessions/{r.json()['id']}")
+
+
+def test_microphone_data_channel_http_speech_and_switch(server, reader):
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            s = (await c.post("/v1/sessions", json=ASTRO)).json()
+            mic = np.frombuffer(pcm(2.0, 48000, seed=2), "<i2")
+            peer = WhepPeer(mic=np.concatenate([np.zeros(24000, np.int16), mic]), channel=True)
+            assert (await peer.connect(c, s["whep"])).status_code == 201
+            await asyncio.wait_for(peer.received.first_video.wait(), 30)
+            start = time.monotonic()
+            # the microphone's speech (after 0.5 s of silence) opens the mouth
+            await until(
+                lambda: any(sc > OPEN for _, _, sc in openings(peer, reader, start)),
+                30,
+                "the microphone to open the mouth",
+            )
+            await until(lambda: time.monotonic() > start + 3.0, 10, "the microphone to end")
+
+            # PCM posted over HTTP (chunked), interrupted over the data channel
+            async def body():
+                data = pcm(6.0, 16000, seed=3)
+                for at in range(0, len(data), 16000):
+                    yield data[at : at + 16000]
+
+            posted = await c.post(
+                f"/v1/sessions/{s['id']}/speech",
+                params={"sample_rate": 16000, "channels": 1},
+                content=body(),
+            )
+            assert posted.status_code == 204, posted.text
+            talking = time.monotonic()
+            await until(
+                lambda: any(sc > OPEN for _, _, sc in openings(peer, reader, talking)),
+                30,
+                "the posted speech to open the mouth",
+            )
+            await peer.wait_open()
+            peer.channel.send("interrupt")
+            cut = time.monotonic()
+            await until(lambda: len(openings(peer, reader, cut + 0.4)) >= 25, 30, "1 s more")
+            assert max(sc for _, _, sc in openings(peer, reader, cut + 0.4)) < AT_REST
+
+            r = await c.post(f"/v1/sessions/{s['id']}/switch", json={"attire": "evening"})
+            assert r.status_code == 204, r.text
+            bad = await c.post(f"/v1/sessions/{s['id']}/switch", json={"attire": "nope"})
+            assert_problem(bad, 404, "nope")
+            await c.delete(f"/v1/sessions/{s['id']}")
+            await peer.close()
+
+    asyncio.run(run())
+
+
+def test_sessions_need_the_token_and_answer_only_their_client(tmp_path):
+    root = make_world(tmp_path)
+    (root / "tokens").write_text("alice-token\nbob-token\n")
+    args = (
+        "--workers",
+        "2",
+        "--token-file",
+        str(root / "tokens"),
+        "--max-sessions-per-client",
+        "1",
+    )
+    alice = {"authorization": "Bearer alice-token"}
+    bob = {"authorization": "Bearer bob-token"}
+    with Server(root, *args, env=ENV) as srv:
+        with srv.client() as c:
+            assert_problem(c.post("/v1/sessions", json=ASTRO), 401, "token")
+            r = c.post("/v1/sessions", json=ASTRO, headers=alice)
+            assert r.status_code == 201, r.text
+            s = r.json()
+            assert re.search(r"[?&]sig=", s["speech"])  # a browser's WebSocket sends no header
+            assert_problem(c.post("/v1/sessions", json=ASTRO, headers=alice), 503, "per-client")
+            assert_problem(c.get(f"/v1/sessions/{s['id']}", headers=bob), 404)
+            assert_problem(c.post(s["interrupt"], headers=bob), 404)
+            assert c.post(s["interrupt"], headers=alice).status_code == 204
+
+            async def socket(url: str) -> str:
+                import websockets
+
+                async with websockets.connect(url) as ws:
+                    await ws.send(json.dumps({"sample_rate": 16000, "channels": 1}))
+                    await ws.send(pcm(0.2, 16000))
+                    await ws.send(json.dumps({"type": "end_of_turn"}))
+                    await ws.send(json.dumps({"type": "bogus"}))
+                    return json.loads(await ws.recv())["detail"]
+
+            ws_url = srv.url.replace("http", "ws", 1)
+            assert "end_of_turn" in asyncio.run(socket(ws_url + s["speech"]))  # signed: in
+            unsigned = s["speech"].split("?")[0]
+            with pytest.raises(Exception, match="1008|403|rejected"):
+                asyncio.run(socket(ws_url + unsigned))
+            assert c.delete(f"/v1/sessions/{s['id']}", headers=alice).status_code == 204
+
+        # a drain (SIGTERM) ends a playing session at once: a conversation never ends
+        # by itself, and the drain would wait its whole --drain-timeout (60 s) for it
+        async def drained_while_playing() -> tuple[str, float]:
+            async with httpx.AsyncClient(base_url=srv.url, timeout=60, headers=bob) as ac:
+                s = (await ac.post("/v1/sessions", json=ASTRO)).json()
+                peer = WhepPeer()
+                assert (await peer.connect(ac, s["whep"])).status_code == 201
+                await asyncio.wait_for(peer.received.first_video.wait(), 30)
+            began = time.monotonic()
+            await asyncio.to_thread(srv.stop)  # the peer plays on meanwhile
+            took = time.monotonic() - began
+            await peer.close()
+            return s["id"], took
+
+        sid, took = asyncio.run(drained_while_playing())
+        assert srv.proc.returncode == 0 and took < 30, (srv.proc.returncode, took)
+        assert "the server is shutting down" in "\n".join(ended_lines(srv, sid))

@@ -1,0 +1,179 @@
+"""The page's Talk mode in a real browser: Playwright drives Debian's chromium (never
+downloaded), its microphone a fake device playing a speech file, against a real
+`hotplate serve`; the session's video is read back from the <video> element frame by
+frame and the mouth judged from the pixels (testkit/mouth_reader.py). Figures (latency)
+are bench_webrtc's; this asserts the behaviour."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+from cachestore.store import forget_store, open_store
+from hotplate.demo_data import make_speech_audio, write_wav
+from pipeline.hot import load_assets
+from testkit.mouth_reader import MouthReader
+from testkit.preconditions import require
+from testkit.serve_helpers import Server, make_world, speech, wait_state
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+AT_REST = 7.0  # mean luma difference in the mouth's rectangle (idle: ~3 to 5 here)
+OPEN = 12.0
+SILENCE, SPOKEN = 1.0, 2.0  # the fake microphone's file: silence, speech, then silence
+TAIL = 4.0
+
+pytestmark = [pytest.mark.slow]
+
+# Grabs every picture the <video> presents (requestVideoFrameCallback) as its luma,
+# BT.601 limited range as the stored frames are compared: window.grabbed, drained by
+# the test.
+GRAB = """
+() => {
+  const v = document.getElementById('player');
+  const c = document.createElement('canvas');
+  window.grabbed = [];
+  const grab = (now) => {
+    if (v.videoWidth) {
+      c.width = v.videoWidth; c.height = v.videoHeight;
+      const g = c.getContext('2d', { willReadFrequently: true });
+      g.drawImage(v, 0, 0);
+      const d = g.getImageData(0, 0, c.width, c.height).data;
+      const y = new Uint8Array(c.width * c.height);
+      for (let i = 0, j = 0; j < y.length; i += 4, j++)
+        y[j] = Math.round(16 + (65.481 * d[i] + 128.553 * d[i + 1] + 24.966 * d[i + 2]) / 255);
+      let s = '';
+      for (let at = 0; at < y.length; at += 8192) s += String.fromCharCode.apply(null, y.subarray(at, at + 8192));
+      window.grabbed.push({ t: now, w: c.width, h: c.height, y: btoa(s) });
+    }
+    v.requestVideoFrameCallback(grab);
+  };
+  v.requestVideoFrameCallback(grab);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    require(CHROMIUM, "needs Debian's chromium (just setup installs it)")
+    root = make_world(tmp_path_factory.mktemp("talk"))
+    rate = 48000
+    said = make_speech_audio(SPOKEN, rate, seed=4)
+    quiet = np.zeros(int(SILENCE * rate), np.float32)
+    tail = np.zeros(int(TAIL * rate), np.float32)
+    write_wav(root / "microphone.wav", np.concatenate([quiet, said, tail]), rate)
+    speech(root / "clip.wav", 8.0, seed=5)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(world):
+    with Server(world, "--workers", "1") as srv:
+        with srv.client() as c:
+            job = c.post("/v1/precompile", data={"persona": "astro", "attire": "studio"}).json()
+            srv.avatar = wait_state(c, job["id"], ("done", "failed"))["avatar"]
+        yield srv
+
+
+def drain(page, reader: MouthReader) -> list[tuple[float, int, float]]:
+    """(page time in s, stored frame shown, mouth score) of each picture grabbed since."""
+    out = []
+    for g in page.evaluate("() => window.grabbed.splice(0)"):
+        luma = np.frombuffer(base64.b64decode(g["y"]), np.uint8).reshape(g["h"], g["w"])
+        out.append((g["t"] / 1000, *reader.read(luma)))
+    return out
+
+
+def test_talk_mode_connects_listens_talks_and_is_interrupted(server, world, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    store = open_store(world / "cache")
+    reader = MouthReader(load_assets(store, server.avatar))
+    forget_store(world / "cache")
+    args = [
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={world / 'microphone.wav'}",
+        "--autoplay-policy=no-user-gesture-required",
+        "--allow-loopback-in-peer-connection",  # candidates on 127.0.0.1, as the server's
+        "--disable-features=WebRtcHideLocalIpsWithMdns",  # no mDNS names to resolve
+        *(["--no-sandbox"] if os.geteuid() == 0 else []),
+    ]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
+        page = browser.new_page(viewport={"width": 1360, "height": 980})
+        errors = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(server.url + "/")
+        page.get_by_test_id("card-astro-studio").click()
+        page.evaluate(GRAB)
+        page.click("#talk")
+        page.wait_for_function(
+            "() => document.getElementById('player').readyState >= 2 && window.hotplateTalk.connected",
+            timeout=60_000,
+        )
+        assert page.evaluate("document.getElementById('player').videoWidth") == 270
+
+        # the fake microphone loops its file: silence, speech, silence; watch two rounds
+        seen: list = []
+        end = time.monotonic() + 2 * (SILENCE + SPOKEN + TAIL)
+        while time.monotonic() < end:
+            page.wait_for_timeout(500)
+            seen += drain(page, reader)
+        assert len(seen) > 150, len(seen)  # the video plays on (25 fps: 350)
+        scores = np.array([s for _, _, s in seen])
+        assert scores.max() > OPEN  # the microphone's speech opens the mouth
+        # the avatar keeps moving through the silences: long runs at rest, its loop going on
+        rest_runs = runs(scores < AT_REST)
+        longest = max(rest_runs, key=lambda r: r[1] - r[0])
+        assert longest[1] - longest[0] >= 50, rest_runs  # >= 2 s at rest
+        shown = {idx for _, idx, _ in seen[longest[0] : longest[1]]}
+        assert len(shown) >= 6, shown  # it breathes: the loop's frames go by
+
+        # the clip said over the speech socket (the microphone muted), then interrupted
+        page.set_input_files("#audio", str(world / "clip.wav"))
+        page.click("#say")
+        page.wait_for_timeout(300)
+        drain(page, reader)
+        deadline = time.monotonic() + 30
+        opened = False
+        while not opened:
+            assert time.monotonic() < deadline, "the clip never opened the mouth"
+            page.wait_for_timeout(100)
+            opened = any(s > OPEN for _, _, s in drain(page, reader))
+        clicked = page.evaluate("performance.now()") / 1000
+        page.click("#interrupt")
+        after: list = []
+        deadline = time.monotonic() + 30
+        while len(after) < 25:  # a second of pictures from 0.4 s after the click on
+            assert time.monotonic() < deadline, "the video stopped after the interrupt"
+            page.wait_for_timeout(200)
+            after += [(t, s) for t, _, s in drain(page, reader) if t > clicked + 0.4]
+        assert max(s for _, s in after) < AT_REST, after
+        page.screenshot(path=str(tmp_path / "talk.png"), full_page=True)
+
+        page.click("#talk")  # ends the session
+        page.wait_for_function("() => window.hotplateTalk.state === 'idle'", timeout=30_000)
+        browser.close()
+    assert errors == []
+    with server.client() as c:  # the worker is free again: a render runs
+        deadline = time.monotonic() + 30
+        while c.get("/readyz").json().get("running", 0):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+
+
+def runs(flags: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) of each run of True."""
+    out, start = [], None
+    for i, f in enumerate([*flags, False]):
+        if f and start is None:
+            start = i
+        elif not f and start is not None:
+            out.append((start, i))
+            start = None
+    return out
