@@ -4,6 +4,7 @@ precompile and render import their stages lazily."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -106,6 +107,8 @@ def cli(
     (or run `hotplate watch`), then render lip-synced MP4 from the store alone.
     """
     ctx.meta["hotplate.debug"] = debug
+    if debug:  # native libraries' own news (LiteRT's INFO lines) shown too, workers included
+        os.environ["HOTPLATE_DEBUG"] = "1"
     try:
         ctx.obj = load_settings(
             config, personas=personas, cache=cache, models=models, flight_wait=flight_wait

@@ -24,7 +24,11 @@ iBUG's 68.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +59,36 @@ def model_path() -> Path:
     return MODEL
 
 
+NATIVE_INFO = "INFO: "  # how LiteRT's C++ logger starts a line that is only news
+
+
+@contextlib.contextmanager
+def _native_info_hidden() -> Iterator[None]:
+    """Hide the INFO lines LiteRT's C++ logger writes straight to fd 2 while it builds an
+    interpreter ("Created TensorFlow Lite XNNPACK delegate for CPU." on every render); its
+    Python API has no switch for them. Every other line written meanwhile (its warnings and
+    errors, or another thread's) is written back. HOTPLATE_DEBUG (the CLI's --debug) shows
+    them all."""
+    if os.environ.get("HOTPLATE_DEBUG"):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            for line in caught.read().decode(errors="replace").splitlines(keepends=True):
+                if not line.startswith(NATIVE_INFO):
+                    sys.stderr.write(line)
+            sys.stderr.flush()
+
+
 class _LiteRT:
     def __init__(self, path: Path) -> None:
         try:
@@ -65,8 +99,9 @@ class _LiteRT:
                 "hotplate: reinstall it)",
                 "package ai_edge_litert",
             ) from e
-        self._net = Interpreter(model_path=str(path), num_threads=1)
-        self._net.allocate_tensors()
+        with _native_info_hidden():
+            self._net = Interpreter(model_path=str(path), num_threads=1)
+            self._net.allocate_tensors()
         self._input = self._net.get_input_details()[0]["index"]
         outputs = {o["name"]: o["index"] for o in self._net.get_output_details()}
         self._points, self._score = outputs["conv2d_20"], outputs["conv2d_30"]

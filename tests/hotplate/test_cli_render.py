@@ -238,3 +238,19 @@ def test_profile_chooses_the_encoder_and_an_unknown_one_is_one_line(world, tmp_p
     bad = hotplate(world, *render_args(world, tmp_path / "x.mp4", "--profile", "fast"))
     assert bad.returncode == 2 and "'fast' is not one of 'preview', 'export'" in bad.stderr
     assert "Traceback" not in bad.stderr and not (tmp_path / "x.mp4").exists()
+
+
+def test_a_render_prints_only_lines_the_project_writes(world, tmp_path):
+    """A cold render runs the face mesh, whose LiteRT logs "INFO: Created TensorFlow Lite
+    XNNPACK delegate for CPU." from C++ straight to fd 2 on every load: hidden on a normal
+    run, every line printed is the render's own summary; --debug shows LiteRT's line."""
+    runs = {}
+    for name, flags in (("normal", ()), ("debug", ("--debug",))):
+        cache = tmp_path / f"cache-{name}"  # cold: the JIT precompile loads the face mesh
+        cmd = invocation(world / "personas", cache, *flags, *render_args(world, tmp_path / "o.mp4"))
+        runs[name] = subprocess.run(cmd, capture_output=True, text=True, cwd=world, check=True)
+    lines = (runs["normal"].stdout + runs["normal"].stderr).splitlines()
+    assert lines and all(
+        line.startswith("JIT precompile ") and " wrote " in line for line in lines
+    ), lines
+    assert "XNNPACK" in runs["debug"].stderr
