@@ -7,13 +7,30 @@ py := ".venv/bin/python"
 default:
     @just --list
 
-# create .venv with the project, every extra (musetalk, ray) and the dev tools (idempotent)
+# the extras `just test` installs (the suite runs musetalk, a Ray cluster and WebRTC peers,
+# and the demo's tests): one list, add an extra here
+test_extras := "demo,dev,musetalk,ray,webrtc"
+
+# create .venv with the core and the demo's photo only (no torch, no test tools): what `just demo` runs
+setup-demo:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    for stamp in .venv/.setup-done .venv/.setup-demo; do  # the full install has the demo's too
+        if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then exit 0; fi
+    done
+    [ -x {{py}} ] || python3 -m venv .venv
+    {{py}} -m pip install -q --upgrade pip
+    {{py}} -m pip install -q -e '.[demo]'
+    touch .venv/.setup-demo
+
+# create .venv with the project, every extra the tests need and the dev tools (idempotent)
 setup:
     #!/usr/bin/env bash
     set -euo pipefail
     stamp=.venv/.setup-done
     if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then exit 0; fi
-    # rsync for the watcher's sync tests, espeak-ng for speech in the demo, chromium for
+    # rsync for the watcher's sync tests, espeak-ng for speech in the demo's tests (the demo
+    # itself falls back to a synthetic speech-like signal without it), chromium for
     # the serve page's browser test (Playwright drives it; no browser is downloaded),
     # nginx and openssl for the serve-behind-a-TLS-proxy test (README's nginx block) and the
     # blob tier's tests (a real nginx with dav_methods PUT on loopback; their S3 server,
@@ -29,11 +46,11 @@ setup:
     {{py}} -m pip install -q --upgrade pip
     # the core and every extra (the suite runs musetalk, a Ray cluster and WebRTC peers too); the musetalk
     # extra pins torch==2.13.0: an unpinned torch pulls several GB of CUDA wheels
-    {{py}} -m pip install -q -e '.[dev,musetalk,ray,webrtc]'
+    {{py}} -m pip install -q -e '.[{{test_extras}}]'
     touch "$stamp"
 
-# build a sample persona from the astronaut photo and render it (offline default)
-demo: setup
+# build a sample persona from the astronaut photo and render it (offline default; installs the core only)
+demo: setup-demo
     {{py}} -m hotplate.demo
 
 # run the whole test suite (CI runs exactly this)

@@ -70,9 +70,10 @@ EXTRAS: tuple[Extra, ...] = (
     Extra(
         "dev",
         ("pytest", "hypothesis", "playwright", "locust", "dlib", "skimage"),
-        "the tests, the benches and `just demo` (in a checkout)",
-        "just setup (in a checkout: pip install -e '.[dev,musetalk,ray,webrtc]')",
+        "the tests and the benches (in a checkout)",
+        "just setup (in a checkout: pip install -e '.[demo,dev,musetalk,ray,webrtc]')",
     ),
+    Extra("demo", ("skimage",), "the demo's astronaut photo (`just demo`)"),
 )
 DLIB = "pip install dlib-bin face-recognition-models (in no extra: the 68-point model's terms)"
 
