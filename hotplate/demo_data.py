@@ -34,22 +34,14 @@ def _astronaut() -> np.ndarray:
         from skimage import data
     except ImportError:  # not in the core install: the demo and the tests only
         raise RuntimeError(
-            "the demo's astronaut photo comes with scikit-image, in hotplate's dev extra: "
-            "pip install scikit-image (`just setup` installs it)"
+            "the demo's astronaut photo comes with scikit-image, in hotplate's demo extra: "
+            "pip install 'hotplate[demo]' (`just demo` installs it)"
         ) from None
 
     return np.ascontiguousarray(data.astronaut())
 
 
-@lru_cache(maxsize=4)
-def _background(width: int, height: int) -> np.ndarray:
-    """A soft studio backdrop: warm vertical gradient with a gentle vignette."""
-    y = np.linspace(0.0, 1.0, height, dtype=np.float32)[:, None]
-    x = np.linspace(-1.0, 1.0, width, dtype=np.float32)[None, :]
-    top, bottom = np.array([196, 188, 178], np.float32), np.array([120, 112, 104], np.float32)
-    base = top + (bottom - top) * y[..., None]
-    vignette = 1.0 - 0.15 * (x**2)[..., None]
-    return np.clip(base * vignette, 0, 255).astype(np.uint8)
+PLATE_SMOOTH = 0.08  # the backdrop's extension beyond the photo: blur width, x frame width
 
 
 def _jump_start(n_frames: int, stride: int = 4) -> int:
@@ -118,20 +110,31 @@ def truth_boxes(params: np.ndarray) -> np.ndarray:
 
 
 def render_frame(row: np.ndarray, size: tuple[int, int] = (1080, 1920)) -> np.ndarray:
-    """One frame: the photo warped onto the backdrop."""
+    """One frame: the photo warped to fill the frame, as a studio plate would.
+
+    At presenter size the photo falls short of the frame's top (about its top eighth). Its
+    edge rows there are the studio backdrop, so they are carried on upward and smoothed
+    across, fading in: a backdrop that goes on, with no flat band and no hard line."""
     import cv2
 
     width, height = size
-    frame = _background(width, height).copy()
-    cv2.warpAffine(
-        _astronaut(),
-        _affine(row),
-        (width, height),
-        dst=frame,
-        flags=cv2.INTER_LINEAR,
-        borderMode=cv2.BORDER_TRANSPARENT,
+    photo = _astronaut()
+    warp = _affine(row)
+    frame = cv2.warpAffine(
+        photo, warp, (width, height), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
     )
-    return frame
+    inside = cv2.warpAffine(
+        np.full(photo.shape[:2], 255, np.uint8), warp, (width, height), flags=cv2.INTER_LINEAR
+    )
+    if inside.min() == 255:
+        return frame
+    k = max(3, int(PLATE_SMOOTH * width) | 1)
+    # the carried-on rows are streaks of the edge's pixels: smoothed across, and blended in
+    # over k pixels from the photo's edge so the seam does not show
+    smooth = cv2.blur(frame, (k, 1))
+    outside = cv2.blur(255 - inside, (1, k)).astype(np.float32)[..., None] / 255.0
+    outside = np.maximum(outside, (255 - inside).astype(np.float32)[..., None] / 255.0)
+    return (frame * (1.0 - outside) + smooth * outside).astype(np.uint8)
 
 
 def iter_loop_frames(
