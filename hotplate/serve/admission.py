@@ -30,6 +30,7 @@ import contextvars
 import json
 import logging
 import math
+import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -233,6 +234,16 @@ def expected_start(
         now = busy.pop(0)[0]
 
 
+RETRY_SPREAD = 0.5  # refused clients come back spread over [wait, wait x 1.5] (at least 1 s)
+
+
+def spread_retry(wait: float, draw: Callable[[], float] = random.random) -> float:
+    """When to tell a refused client to come back: never before the estimate, but spread
+    past it, so a burst refused together does not return at one instant and meet the same
+    refusal again (a thundering herd)."""
+    return wait + max(1.0, RETRY_SPREAD * wait) * draw()
+
+
 def whole_seconds(seconds: float) -> int:
     """A wait as Retry-After gives it: whole seconds, the nearest, at least 1."""
     return max(1, math.floor(seconds + 0.5))
@@ -240,12 +251,13 @@ def whole_seconds(seconds: float) -> int:
 
 class Busy(Exception):
     """A request refused now: why (busy, queue_full, draining) and when to come back:
-    `wait` as estimated, `retry_after` as the header says it (`whole_seconds`)."""
+    `wait` as estimated, `retry_after` as the header says it: the wait spread past the
+    estimate (`spread_retry`), in whole seconds (`whole_seconds`)."""
 
     def __init__(self, reason: str, retry_after: float, detail: str) -> None:
         super().__init__(detail)
         self.reason, self.detail, self.wait = reason, detail, max(0.0, retry_after)
-        self.retry_after = whole_seconds(retry_after)
+        self.retry_after = whole_seconds(spread_retry(self.wait))
 
     @property
     def headers(self) -> dict[str, str]:

@@ -9,6 +9,7 @@ job's true cost. Nothing sleeps."""
 from __future__ import annotations
 
 import asyncio
+import random
 
 import pytest
 
@@ -18,6 +19,8 @@ from hotplate.serve.admission import (
     Busy,
     Cost,
     ServiceTimes,
+    spread_retry,
+    whole_seconds,
 )
 from hotplate.serve.queue import JobQueue
 from hotplate.serve.records import Job, JobRecords, new_id
@@ -143,7 +146,13 @@ def test_retry_after_is_when_the_queue_really_drains(tmp_path):
     assert actual == pytest.approx(4.0)
     for busy in refused:
         assert busy.wait == pytest.approx(actual, rel=0.01)
-        assert busy.retry_after == 4 and busy.headers == {"Retry-After": "4"}
+        # never before the queue drains; spread past it (4 s + up to 2 s), not all one value
+        assert 4 <= busy.retry_after <= 6
+        assert busy.headers == {"Retry-After": str(busy.retry_after)}
+    # a burst refused together is told different instants (seeded draws: not flaky)
+    rng = random.Random(0)
+    told = {whole_seconds(spread_retry(4.0, rng.random)) for _ in range(50)}
+    assert told == {4, 5, 6}
     # coming back then, the request is admitted and starts at once
     assert scene.queue.expected_start("render", "editor") == 0.0
     assert isinstance(scene.request(1.0, takes=1.0), Job)

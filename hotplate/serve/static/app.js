@@ -71,12 +71,20 @@ function showBusy(left) {
   $("busy").classList.toggle("hidden", !(left > 0));
 }
 
-// resolves true once `seconds` have passed, false when Cancel was pressed first
+// resolves true once `seconds` and up to a second of jitter have passed (pages refused
+// together come back apart), false when Cancel was pressed first
 function countdown(seconds) {
   return new Promise((resolve) => {
     let left = Math.max(1, Math.round(seconds));
-    const end = (again) => { clearInterval(timer); state.retry = null; showBusy(0); updateButtons(); resolve(again); };
-    const timer = setInterval(() => { left -= 1; if (left <= 0) end(true); else showBusy(left); }, 1000);
+    let done = false;
+    const end = (again) => {
+      if (done) return;
+      done = true; clearInterval(timer); state.retry = null; showBusy(0); updateButtons(); resolve(again);
+    };
+    const timer = setInterval(() => {
+      left -= 1;
+      if (left <= 0) { clearInterval(timer); setTimeout(() => end(true), Math.random() * 1000); } else showBusy(left);
+    }, 1000);
     state.retry = { cancel: () => end(false) };
     showBusy(left);
     updateButtons();
