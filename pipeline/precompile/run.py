@@ -11,8 +11,8 @@ missing data.
 track, landmarks (shared with the clip's avatar, by key), then the bank stage, and a
 record of its own in the avatar table (`"kind": "bank"`) naming only the bank stage,
 so the clip's frames are not kept for it. `precompile_source` is what the watcher and
-the CLI call for a file: a still's avatar; a loop's avatar and, when it has an audio
-track, its bank (empty when that is not speech, so the question is asked once); a
+the CLI call for a file: a still's avatar; a loop's avatar and its bank, with or without
+sound (empty when the loop does not talk, so the question is asked once); a
 `speech.mp4`'s bank.
 """
 
@@ -312,11 +312,16 @@ def _build_bank(
         run, path, copy, recipe, store, progress, keep_crops=False
     )
     n = int(decode.meta["frames"])
-    # 4. the bank, from the frames, the landmarks and the snapshot's own audio
+    # 4. the bank, from the frames, the landmarks and the snapshot's own audio, if any
     bank = run.stage(
         "bank",
         lambda: bank_stage(
-            copy, frames, store.load_arrays(lm.key)["landmarks"], decode.meta["fps"], progress
+            copy,
+            frames,
+            store.load_arrays(lm.key)["landmarks"],
+            decode.meta["fps"],
+            progress,
+            str(path),
         ),
     )
     report.counts = {"frames": n, **track.meta.get("counts", {})}
@@ -356,17 +361,8 @@ def precompile_source(
     if is_speech(path):
         return precompile(path, for_speech(recipe), store, bank=True, **options), None
     report = precompile(path, recipe, store, **options)
-    if is_still(path) or not has_audio(path):  # a loop with no sound has nothing to say
+    if is_still(path):
         return report, None
+    # any loop, with or without sound: a loop shot while speaking is a bank of its own
+    # mouths (a quiet one's is empty, and says why); its first stages are the avatar's
     return report, precompile(path, recipe, store, bank=True, **options)
-
-
-def has_audio(path: Path) -> bool:
-    """Whether a video has an audio track (only its header is read)."""
-    import av
-
-    try:
-        with av.open(str(path)) as container:
-            return bool(container.streams.audio)
-    except (av.error.FFmpegError, OSError):
-        return False
