@@ -132,6 +132,7 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
     and each video's mouth bank (any loop shot while speaking, with or without sound; a
     persona's speech.mp4)."""
     from pipeline.catalog import bank_info, bank_plan, iter_sources, plan_for, recipe_for
+    from pipeline.media import has_audio
 
     settings = settings_of(ctx)
     store = open_cache(settings, fallback_readonly=True) if present(settings) else None
@@ -142,6 +143,10 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
         if src.kind != "still":
             info = bank_info(store, bank_plan(store, src.path, recipe, src.kind).avatar)
             bank = {"state": "cold"} if info is None else {"state": "hot", **info}
+            if info is None and src.kind == "loop" and not has_audio(src.path):
+                # no sound: a bank only where its mouth moves (precompile_source), unknown
+                # until it is precompiled; none is built for a loop whose mouth is still
+                bank = {"state": "none", "reason": "no sound, and no bank built"}
         if src.kind == "speech":  # only a bank: its row is the bank's
             p_avatar = bank.get("key") or bank_plan(store, src.path, recipe, "speech").avatar
             size = store.avatar_bytes(p_avatar) if store and bank["state"] == "hot" else None

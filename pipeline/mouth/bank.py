@@ -102,6 +102,25 @@ def empty_bank(reason: str, **meta: object) -> BankBuild:
     return BankBuild(arrays, {"entries": 0, "reason": reason, **meta})
 
 
+def mouth_spread(landmarks: np.ndarray) -> float:
+    """How far a clip's mouth moves: its openings' 10th to 90th percentile span, in
+    canonical units (the still stage's measure, `precompile.still.rest_pose`); 0 when
+    no frame has a face."""
+    from pipeline.precompile.still import rest_pose
+
+    rest = rest_pose(landmarks)
+    return 0.0 if rest is None else round(float(rest.spread), 4)
+
+
+def talks(spread: float, speech_share: float) -> bool:
+    """Whether a clip is talking footage, a bank of mouths: its sound is speech (at least
+    MIN_SPEECH of its frames), or, with no speech to hear, its mouth moves as a talking
+    loop's does (`mouth_spread` at least the still stage's QUIET_SPREAD)."""
+    from pipeline.precompile.still import QUIET_SPREAD
+
+    return speech_share >= MIN_SPEECH or spread >= QUIET_SPREAD
+
+
 def build_bank(
     n_frames: int,
     frames: Iterable[np.ndarray],
@@ -120,18 +139,16 @@ def build_bank(
     import cv2
 
     from pipeline.media import encode_frame
-    from pipeline.precompile.still import QUIET_SPREAD, rest_pose
+    from pipeline.precompile.still import QUIET_SPREAD
 
-    # 1. does it talk: its sound is speech, or (with no speech to hear) its mouth moves as
-    # a talking loop's does (the still stage's measure: the openings' 10th-90th span)
+    # 1. does it talk (`talks`): its sound is speech, or its mouth moves as a talker's
     speech = np.zeros(n_frames, bool)
     if audio is not None and audio.size:
         speech = speech_frames(audio, FEATURE_RATE, fps, n_frames)
     share = float(speech.mean()) if n_frames else 0.0
     heard = share >= MIN_SPEECH
-    rest = rest_pose(landmarks[:n_frames])
-    spread = 0.0 if rest is None else round(rest.spread, 4)
-    if not heard and (rest is None or rest.quiet):
+    spread = mouth_spread(landmarks[:n_frames])
+    if not talks(spread, share):
         sound = (
             "no sound"
             if audio is None or audio.size == 0

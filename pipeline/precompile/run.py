@@ -12,8 +12,8 @@ track, landmarks (shared with the clip's avatar, by key), then the bank stage, a
 record of its own in the avatar table (`"kind": "bank"`) naming only the bank stage,
 so the clip's frames are not kept for it. `precompile_source` is what the watcher and
 the CLI call for a file: a still's avatar; a loop's avatar and its bank, with or without
-sound (empty when the loop does not talk, so the question is asked once); a
-`speech.mp4`'s bank.
+sound: with sound always (empty when it does not talk, so the question is asked once),
+without only when its mouth moves as a talker's; a `speech.mp4`'s bank.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from cachestore.errors import MissingStageError, StoreFullError, StoreNotWritableError
 from cachestore.flight import DEFAULT_WAIT, Holder, single_flight
@@ -353,7 +355,7 @@ def precompile_source(
     """What a file in the personas folder needs hot: (the report whose key names the
     file's row: its avatar, or a speech clip's bank; the bank's report of a loop, or
     None). `options` are precompile's."""
-    from pipeline.media import is_still
+    from pipeline.media import has_audio, is_still
     from pipeline.personas import is_speech
     from pipeline.precompile.recipe import for_speech
 
@@ -361,8 +363,21 @@ def precompile_source(
     if is_speech(path):
         return precompile(path, for_speech(recipe), store, bank=True, **options), None
     report = precompile(path, recipe, store, **options)
-    if is_still(path):
-        return report, None
-    # any loop, with or without sound: a loop shot while speaking is a bank of its own
-    # mouths (a quiet one's is empty, and says why); its first stages are the avatar's
+    if is_still(path) or not (has_audio(path) or moves(store, report)):
+        return report, None  # a loop with no sound whose mouth hardly moves has no words
+    # any other loop: one shot while speaking, with or without sound, is a bank of its
+    # own mouths (one with sound that is no speech and a still mouth: an empty bank, so
+    # the question is asked once); its first stages are the avatar's
     return report, precompile(path, recipe, store, bank=True, **options)
+
+
+def moves(store: Store, report: PrecompileReport) -> bool:
+    """Whether the loop `report` made hot shows a face in enough frames for a bank and a
+    mouth that moves as a talker's does (its landmarks stage's openings, `bank.talks`):
+    a loop with no sound is talking footage only then."""
+    from pipeline.mouth.bank import MIN_ENTRIES, mouth_spread, talks
+
+    (key,) = [s.key for s in report.stages if s.name == "landmarks"]
+    landmarks = store.load_arrays(key, ["landmarks"])["landmarks"]
+    faces = int(np.isfinite(landmarks).all(axis=(1, 2)).sum())
+    return faces >= MIN_ENTRIES and talks(mouth_spread(landmarks), 0.0)

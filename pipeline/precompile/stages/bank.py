@@ -19,30 +19,20 @@ def clip_audio(path: Path, name: str = "") -> np.ndarray | None:
     """The clip's audio at the bank's analysis rate, or None when it has no audio track
     or its sound cannot be decoded (one line says so, naming the clip `name`: the bank is
     then made from its frames alone)."""
+    from pipeline.media import has_audio
     from pipeline.mouth.bank import FEATURE_RATE
     from pipeline.render.audio import AudioError, load_audio
 
     try:
         return load_audio(path, FEATURE_RATE)
     except AudioError as exc:  # no audio stream, an empty one, or one FFmpeg cannot decode
-        if has_sound(path):
+        if has_audio(path):
             logger.warning(
                 "%s: its sound cannot be read (%s); its mouth bank is made from its frames alone",
                 name or path.name,
                 exc,
             )
         return None
-
-
-def has_sound(path: Path) -> bool:
-    """Whether a video's header names an audio stream."""
-    import av
-
-    try:
-        with av.open(str(path)) as container:
-            return bool(container.streams.audio)
-    except (av.error.FFmpegError, OSError):
-        return False
 
 
 def bank_stage(
