@@ -165,8 +165,11 @@ def describe_bank(info: dict | None) -> str:
     return f"{info['entries']} mouths from {info['seconds']:g} s of footage"
 
 
-def persona_bank(store: Store, root: Path, persona: str, recipe: Recipe) -> tuple[str, Path] | None:
-    """(key, clip) of the persona's mouth bank a render uses: `speech.mp4`'s, else the
+def persona_bank(
+    store: Store, root: Path, persona: str, recipe: Recipe, rendered: Path | None = None
+) -> tuple[str, Path] | None:
+    """(key, clip) of the persona's mouth bank a render uses: the rendered loop's own
+    (`rendered`: its mouths were shot in its light and pose), else `speech.mp4`'s, else the
     first loop (by attire, then motion) whose bank holds mouths; it must be hot (whole,
     `pipeline.hot.hot_check`). None when the persona has none."""
     from pipeline.hot import hot_check
@@ -175,8 +178,11 @@ def persona_bank(store: Store, root: Path, persona: str, recipe: Recipe) -> tupl
         found = scan_persona(root, persona)
     except (PersonaError, OSError):
         return None
-    clips = [("speech", found.speech)] if found.speech is not None else []
-    clips += [("loop", p) for a in sorted(found.loops) for _, p in sorted(found.loops[a].items())]
+    loops = [p for a in sorted(found.loops) for _, p in sorted(found.loops[a].items())]
+    own = [p for p in loops if rendered is not None and p.resolve() == rendered.resolve()]
+    clips = [("loop", p) for p in own]
+    clips += [("speech", found.speech)] if found.speech is not None else []
+    clips += [("loop", p) for p in loops if p not in own]
     for kind, path in clips:
         try:
             key = bank_plan(store, path, recipe, kind).avatar

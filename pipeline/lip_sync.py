@@ -168,7 +168,7 @@ def hot_avatar(
         if request.backend == "warp":  # its mouths from the presenter's footage, when hot
             from pipeline.catalog import persona_bank
 
-            got = persona_bank(store, personas, found.persona, recipe)
+            got = persona_bank(store, personas, found.persona, recipe, found.path)
             if got is not None:
                 bank = got[0]
                 if lease is not None:

@@ -40,6 +40,17 @@ def is_still(path: str | Path) -> bool:
     return Path(path).suffix.lower() in IMAGE_EXTS
 
 
+def has_audio(path: str | Path) -> bool:
+    """Whether a video has an audio track (only its header is read)."""
+    import av
+
+    try:
+        with av.open(str(path)) as container:
+            return bool(container.streams.audio)
+    except (av.error.FFmpegError, OSError):
+        return False
+
+
 def _check_file(path: Path) -> None:
     if not path.is_file():
         raise MediaError(f"{path}: no such file; check the path")

@@ -73,7 +73,7 @@ def resolve(
     if (backend or settings.renderer) == "warp" and store is not None:
         from pipeline.catalog import bank_info, persona_bank
 
-        found_bank = persona_bank(store, settings.personas, found.persona, recipe)
+        found_bank = persona_bank(store, settings.personas, found.persona, recipe, found.path)
         bank = (
             None
             if found_bank is None
@@ -118,8 +118,8 @@ def resolve(
         click.echo(f"bank     {bank['key']}  {Path(bank['clip']).name}: {describe_bank(bank)}")
     elif (backend or settings.renderer) == "warp":
         click.echo(
-            f"bank     none (a hot bank needs talking footage: "
-            f"{found.persona}/speech.mp4 or a loop with speech, precompiled)"
+            f"bank     none: mouths are procedural (a hot bank needs talking footage: "
+            f"{found.persona}/speech.mp4 or a loop shot while speaking, precompiled)"
         )
     if mouth is not None:
         click.echo(f"mouth    {MOUTHS[mouth['kind']]}")
@@ -147,9 +147,10 @@ def why_cold(store, p) -> str:
 @click.pass_context
 def ls_cmd(ctx: click.Context, as_json: bool) -> None:
     """List personas, attires and motions, hot or cold, with their size in the store,
-    and each video's mouth bank (a loop that talks; a persona's speech.mp4)."""
+    and each video's mouth bank (any loop shot while speaking, with or without sound; a
+    persona's speech.mp4)."""
     from pipeline.catalog import bank_info, bank_plan, iter_sources, plan_for, recipe_for
-    from pipeline.precompile.run import has_audio
+    from pipeline.media import has_audio
 
     settings = settings_of(ctx)
     store = open_cache(settings, fallback_readonly=True) if present(settings) else None
@@ -161,7 +162,9 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
             info = bank_info(store, bank_plan(store, src.path, recipe, src.kind).avatar)
             bank = {"state": "cold"} if info is None else {"state": "hot", **info}
             if info is None and src.kind == "loop" and not has_audio(src.path):
-                bank = {"state": "none", "reason": "no audio track"}  # nothing to build
+                # no sound: a bank only where its mouth moves (precompile_source), unknown
+                # until it is precompiled; none is built for a loop whose mouth is still
+                bank = {"state": "none", "reason": "no sound, and no bank built"}
         if src.kind == "speech":  # only a bank: its row is the bank's
             p_avatar = bank.get("key") or bank_plan(store, src.path, recipe, "speech").avatar
             size = store.avatar_bytes(p_avatar) if store and bank["state"] == "hot" else None
@@ -201,12 +204,13 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
 
 
 def bank_cell(bank: dict | None) -> str:
-    """The `bank` column of `ls`: '-' for stills, mouths in a hot bank, silent, cold."""
+    """The `bank` column of `ls`: '-' for stills, mouths in a hot bank, quiet (a loop
+    that does not talk: its bank is empty), cold."""
     if bank is None or bank["state"] == "none":
         return "-"
     if bank["state"] != "hot":
         return "cold"
-    return f"{bank['entries']} mouths" if bank["entries"] else "silent"
+    return f"{bank['entries']} mouths" if bank["entries"] else "quiet"
 
 
 @click.command()

@@ -1,13 +1,17 @@
 """The mouth bank: a presenter's own mouths, from footage of them talking.
 
-Built at precompile (`build_bank`, the `bank` stage) from a clip in which the presenter
-speaks: for every frame with a face, the mouth crop aligned to the canonical frame
-(`pipeline.mouth.lips`), its shape (opening, width, height), its lip points there, and
-the log-mel features of that frame's audio, from the clip's own audio track. A linear
-model from a window of features to the shape is fitted on those pairs (`fit_model`), so
-a render can predict the presenter's mouth for new speech; how much of the opening a
-render takes from the loudness drive instead is chosen on the same pairs. Read at render
-as a `MouthBank`.
+Built at precompile (`build_bank`, the `bank` stage) from any clip in which the presenter
+speaks, with or without sound: for every frame with a face, the mouth crop aligned to the
+canonical frame (`pipeline.mouth.lips`), its shape (opening, width, height: the face
+mesh's, so no audio is needed) and its lip and lower jaw points there. A clip talks when its sound is
+speech or, without speech to hear, when its mouth moves (the openings span as much as the
+still stage's talking loop, `precompile.still.QUIET_SPREAD`). Where the sound is speech,
+the log-mel features of each frame's audio are kept too, and a linear model from a window
+of features to the shape is fitted on those pairs (`fit_model`), so a render can predict
+the presenter's mouth for new speech; how much of the opening a render takes from the
+drive's cue instead is chosen on the same pairs. Without speech there is no model: a
+render asks the bank for the shape the drive (or, later, the ear) gives, on the
+presenter's own range (`render/mouth/from_bank.py`). Read at render as a `MouthBank`.
 
 The crop covers the mouth, the chin and the room a dropped jaw needs (CROP, canonical
 units), at SCALE pixels per inter-ocular distance, stored as JPEG (the frame codec).
@@ -27,8 +31,9 @@ from pipeline.mouth.lips import LIPS, apply, mouth_shape, to_canonical
 if TYPE_CHECKING:
     from pipeline.render.mouth.drive import Drive
 
-VERSION = 3  # 2: the windowed cepstrum and log-mel model, its penalties and drive share by CV;
-# 3: the drive's cue (loudness or phones) chosen by CV beside its share
+VERSION = 4  # 2: the windowed cepstrum and log-mel model, its penalties and drive share by CV;
+# 3: the drive's cue (loudness or phones) chosen by CV beside its share; 4: a clip whose
+# mouth moves is a bank without sound (its frames alone), the model only where it speaks
 SCALE = 112.0  # crop pixels per inter-ocular distance
 CROP = (-0.85, 0.55, 0.85, 2.05)  # canonical x1, y1, x2, y2: mouth, chin, a dropped jaw
 FEATURE_RATE = 16000  # Hz the clip's audio is analysed at
@@ -41,6 +46,7 @@ DRIVE_SHARES = (0.0, 0.25, 0.5, 0.75)  # of the opening taken from the drive's c
 CUES = ("loudness", "phones")  # what the drive's opening is read from (`cue_opening`)
 LIVE_AHEAD = 1  # frames ahead a live render sees: it gets a model that reads no further
 MAX_GAIN = 3.0  # the most the model's opening is stretched (`opening_gain`)
+JAW_UNDER = tuple(range(4, 13))  # the jaw line under the mouth: it moves as the mouth opens
 SMOOTH = 1.0  # frames: the predicted trajectory's Gaussian smoothing (sigma)
 GATE_DB = -50.0  # dBFS: quieter is no speech
 SPEECH_DB = 30.0  # dB below the clip's speech level that still counts as speech
@@ -90,9 +96,29 @@ def empty_bank(reason: str, **meta: object) -> BankBuild:
     arrays = {
         "shapes": np.zeros((0, 3), np.float32),
         "lips": np.zeros((0, len(LIPS), 2), np.float32),
+        "jaw": np.zeros((0, len(JAW_UNDER), 2), np.float32),
         "frame_index": np.zeros(0, np.int32),
     }
     return BankBuild(arrays, {"entries": 0, "reason": reason, **meta})
+
+
+def mouth_spread(landmarks: np.ndarray) -> float:
+    """How far a clip's mouth moves: its openings' 10th to 90th percentile span, in
+    canonical units (the still stage's measure, `precompile.still.rest_pose`); 0 when
+    no frame has a face."""
+    from pipeline.precompile.still import rest_pose
+
+    rest = rest_pose(landmarks)
+    return 0.0 if rest is None else round(float(rest.spread), 4)
+
+
+def talks(spread: float, speech_share: float) -> bool:
+    """Whether a clip is talking footage, a bank of mouths: its sound is speech (at least
+    MIN_SPEECH of its frames), or, with no speech to hear, its mouth moves as a talking
+    loop's does (`mouth_spread` at least the still stage's QUIET_SPREAD)."""
+    from pipeline.precompile.still import QUIET_SPREAD
+
+    return speech_share >= MIN_SPEECH or spread >= QUIET_SPREAD
 
 
 def build_bank(
@@ -105,25 +131,35 @@ def build_bank(
 ) -> BankBuild:
     """The bank of a clip of `n_frames` (`frames` yields them in order; read only when
     the clip talks), its landmarks (N, 68, 2) and its audio (float32 mono at
-    FEATURE_RATE, None when it has none).
+    FEATURE_RATE, None when it has none or it cannot be read).
 
     Crops are JPEG-encoded as the frames are read. Returns the stage's arrays and meta;
-    a clip without enough speech gives an empty bank."""
+    a clip that does not talk (no speech, and a mouth that hardly moves) or shows too
+    few faces gives an empty bank."""
     import cv2
 
     from pipeline.media import encode_frame
+    from pipeline.precompile.still import QUIET_SPREAD
 
-    # 1. which frames speak, from the clip's own audio
-    if audio is None or audio.size == 0:
-        return empty_bank("the clip has no audio track", speech_share=0.0)
-    speech = speech_frames(audio, FEATURE_RATE, fps, n_frames)
+    # 1. does it talk (`talks`): its sound is speech, or its mouth moves as a talker's
+    speech = np.zeros(n_frames, bool)
+    if audio is not None and audio.size:
+        speech = speech_frames(audio, FEATURE_RATE, fps, n_frames)
     share = float(speech.mean()) if n_frames else 0.0
-    if share < MIN_SPEECH:
-        return empty_bank(
-            f"only {share:.0%} of its frames are speech (a talking clip has >= {MIN_SPEECH:.0%})",
-            speech_share=share,
+    heard = share >= MIN_SPEECH
+    spread = mouth_spread(landmarks[:n_frames])
+    if not talks(spread, share):
+        sound = (
+            "no sound"
+            if audio is None or audio.size == 0
+            else f"{share:.0%} of its frames speech (a talking clip has >= {MIN_SPEECH:.0%})"
         )
-    feats = normalise(log_mel(audio, FEATURE_RATE, fps, n_frames), speech)
+        return empty_bank(
+            f"its mouth hardly moves (openings span {spread:.3f}, a talking loop's >= "
+            f"{QUIET_SPREAD}) and it has {sound}",
+            speech_share=share,
+            spread=spread,
+        )
 
     # 2. every frame with a face: its crop in the canonical frame, shape and lips there
     faces = [i for i in range(n_frames) if np.isfinite(landmarks[i]).all()]
@@ -133,6 +169,7 @@ def build_bank(
     arrays: dict[str, np.ndarray] = {}
     shapes = np.zeros((len(faces), 3), np.float32)
     lips = np.zeros((len(faces), len(LIPS), 2), np.float32)
+    jaw = np.zeros((len(faces), len(JAW_UNDER), 2), np.float32)
     entry = {i: k for k, i in enumerate(faces)}
     for i, image in enumerate(frames):
         if i >= n_frames:
@@ -152,10 +189,23 @@ def build_bank(
         arrays[f"crop/{k:06d}"] = np.frombuffer(encode_frame(crop, "jpeg-q95-444"), np.uint8)
         shapes[k] = mouth_shape(landmarks[i], m)
         lips[k] = apply(m, landmarks[i][list(LIPS)])
+        jaw[k] = apply(m, landmarks[i][list(JAW_UNDER)])
         progress(k + 1, len(faces))
-
-    # 3. the presenter's own audio -> mouth model, and the loudness drive's share
     index = np.asarray(faces, np.int32)
+    arrays.update(shapes=shapes, lips=lips, jaw=jaw, frame_index=index)
+    meta = {
+        "entries": len(faces),
+        "speech_share": share,
+        "spread": spread,
+        "scale": SCALE,
+        "crop": list(CROP),
+        "fps": fps,
+    }
+    if not heard:  # footage without speech: its shapes alone, the drive asks for them
+        return BankBuild(arrays, {**meta, "model": False, "drive_cue": "drive"})
+
+    # 3. the presenter's own audio -> mouth model, and the drive cue's share
+    feats = normalise(log_mel(audio, FEATURE_RATE, fps, n_frames), speech)
     model, scores = fit_model(windowed(feats)[index], shapes)
     live, live_scores = fit_model(windowed(feats, LIVE_AHEAD)[index], shapes)
     model.update({f"live_{k}": v for k, v in live.items()})
@@ -163,27 +213,16 @@ def build_bank(
     cv_opening = scores.pop("cv_opening")
     gain = opening_gain(cv_opening, shapes)
     drive = drive_share(cv_opening, shapes, audio, fps, n_frames, index)
-    arrays.update(
-        shapes=shapes,
-        lips=lips,
-        frame_index=index,
-        speech=speech[index],
-        feats=feats[index].astype(np.float32),
-        **model,
-    )
-    meta = {
-        "entries": len(faces),
-        "speech_share": share,
+    arrays.update(speech=speech[index], feats=feats[index].astype(np.float32), **model)
+    meta |= {
+        "model": True,
         **scores,
         "live_cv_r": live_scores["cv_r"],
         "drive_share": drive["share"],
         "drive_cue": drive["cue"],
         "opening_gain": gain,
         "drive_cv_r": drive["r"],
-        "scale": SCALE,
-        "crop": list(CROP),
         "context": {"mfcc": list(MFCC_CONTEXT), "n_mfcc": N_MFCC, "mel": list(MEL_CONTEXT)},
-        "fps": fps,
     }
     return BankBuild(arrays, meta)
 
@@ -344,26 +383,34 @@ def rest_shape(shapes: np.ndarray) -> np.ndarray:
 
 @dataclass
 class MouthBank:
-    """A bank read back from the store: what a render draws mouths from."""
+    """A bank read back from the store: what a render draws mouths from. A bank of
+    footage without speech has no model (`has_model` False): a render gives it the
+    shapes the drive asks for (`render/mouth/from_bank.py::asked_shapes`)."""
 
     key: str
     shapes: np.ndarray  # (N, 3) opening, width, height (canonical units)
     lips: np.ndarray  # (N, 20, 2) lip points 48-67, canonical
     frame_index: np.ndarray  # (N,) the clip frame each entry was taken from
-    model_w: np.ndarray  # (D + 1, 3) linear weights over the windowed features
-    model_mean: np.ndarray  # (D,)
-    model_std: np.ndarray  # (D,)
-    live_model: tuple[np.ndarray, np.ndarray, np.ndarray]  # the same, reading LIVE_AHEAD ahead
+    model_w: np.ndarray | None  # (D + 1, 3) linear weights over the windowed features
+    model_mean: np.ndarray | None  # (D,)
+    model_std: np.ndarray | None  # (D,)
+    live_model: tuple[np.ndarray, np.ndarray, np.ndarray] | None  # reading LIVE_AHEAD ahead
     crop_jpeg: list[np.ndarray]  # (N,) JPEG bytes of each aligned crop
     fps: float
     drive_share: float  # of the target opening a render takes from the drive's cue
-    drive_cue: str = "loudness"  # which (`cue_opening`)
+    drive_cue: str = "loudness"  # which (`cue_opening`); "drive": no model, the drive's alone
     opening_gain: float = 1.0  # the stretch of the model's opening (`opening_gain`)
+    jaw: np.ndarray | None = None  # (N, 9, 2) jaw points 4-12 (JAW_UNDER), canonical
     _decoded: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def size(self) -> int:
         return int(self.shapes.shape[0])
+
+    @property
+    def has_model(self) -> bool:
+        """Whether the bank predicts shapes from audio (its footage's sound was speech)."""
+        return self.model_w is not None
 
     @classmethod
     def from_arrays(cls, key: str, arrays: dict[str, np.ndarray], meta: dict) -> MouthBank | None:
@@ -371,24 +418,26 @@ class MouthBank:
         if int(meta.get("entries", 0)) == 0:
             return None
         names = sorted(k for k in arrays if k.startswith("crop/"))
+        modelled = "model_w" in arrays
         return cls(
             key=key,
             shapes=arrays["shapes"],
             lips=arrays["lips"],
             frame_index=arrays["frame_index"],
-            model_w=arrays["model_w"],
-            model_mean=arrays["model_mean"],
-            model_std=arrays["model_std"],
+            model_w=arrays.get("model_w"),
+            model_mean=arrays.get("model_mean"),
+            model_std=arrays.get("model_std"),
             live_model=(
-                arrays["live_model_w"],
-                arrays["live_model_mean"],
-                arrays["live_model_std"],
+                (arrays["live_model_w"], arrays["live_model_mean"], arrays["live_model_std"])
+                if modelled
+                else None
             ),
             crop_jpeg=[arrays[k] for k in names],
             fps=float(meta.get("fps", 25.0)),
-            drive_share=float(meta["drive_share"]),
+            drive_share=float(meta.get("drive_share", 1.0)),
             drive_cue=str(meta.get("drive_cue", "loudness")),
-            opening_gain=float(meta["opening_gain"]),
+            opening_gain=float(meta.get("opening_gain", 1.0)),
+            jaw=arrays.get("jaw"),
         )
 
     def crop(self, j: int) -> np.ndarray:
@@ -411,7 +460,12 @@ class MouthBank:
         length), which `normalise` removes, as it removes the recording's level.
         `lookahead`: frames past each frame the caller has audio for (None: all, a whole
         file); a live render's LIVE_AHEAD gets the model fitted to read no further, not
-        the whole-file one guessing at the frames it lacks."""
+        the whole-file one guessing at the frames it lacks. Only for a bank with a model
+        (`has_model`)."""
+        if not self.has_model:
+            raise ValueError(
+                f"mouth bank {self.key[:12]} has no audio model (footage without speech)"
+            )
         speech = speech_frames(samples, sr, fps, n_frames)
         feats = normalise(log_mel(samples, sr, fps, n_frames), speech)
         if lookahead is not None and lookahead <= LIVE_AHEAD:

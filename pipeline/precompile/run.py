@@ -11,9 +11,9 @@ missing data.
 track, landmarks (shared with the clip's avatar, by key), then the bank stage, and a
 record of its own in the avatar table (`"kind": "bank"`) naming only the bank stage,
 so the clip's frames are not kept for it. `precompile_source` is what the watcher and
-the CLI call for a file: a still's avatar; a loop's avatar and, when it has an audio
-track, its bank (empty when that is not speech, so the question is asked once); a
-`speech.mp4`'s bank.
+the CLI call for a file: a still's avatar; a loop's avatar and its bank, with or without
+sound: with sound always (empty when it does not talk, so the question is asked once),
+without only when its mouth moves as a talker's; a `speech.mp4`'s bank.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from cachestore.errors import MissingStageError, StoreFullError, StoreNotWritableError
 from cachestore.flight import DEFAULT_WAIT, Holder, single_flight
@@ -312,11 +314,16 @@ def _build_bank(
         run, path, copy, recipe, store, progress, keep_crops=False
     )
     n = int(decode.meta["frames"])
-    # 4. the bank, from the frames, the landmarks and the snapshot's own audio
+    # 4. the bank, from the frames, the landmarks and the snapshot's own audio, if any
     bank = run.stage(
         "bank",
         lambda: bank_stage(
-            copy, frames, store.load_arrays(lm.key)["landmarks"], decode.meta["fps"], progress
+            copy,
+            frames,
+            store.load_arrays(lm.key)["landmarks"],
+            decode.meta["fps"],
+            progress,
+            str(path),
         ),
     )
     report.counts = {"frames": n, **track.meta.get("counts", {})}
@@ -348,7 +355,7 @@ def precompile_source(
     """What a file in the personas folder needs hot: (the report whose key names the
     file's row: its avatar, or a speech clip's bank; the bank's report of a loop, or
     None). `options` are precompile's."""
-    from pipeline.media import is_still
+    from pipeline.media import has_audio, is_still
     from pipeline.personas import is_speech
     from pipeline.precompile.recipe import for_speech
 
@@ -356,17 +363,21 @@ def precompile_source(
     if is_speech(path):
         return precompile(path, for_speech(recipe), store, bank=True, **options), None
     report = precompile(path, recipe, store, **options)
-    if is_still(path) or not has_audio(path):  # a loop with no sound has nothing to say
-        return report, None
+    if is_still(path) or not (has_audio(path) or moves(store, report)):
+        return report, None  # a loop with no sound whose mouth hardly moves has no words
+    # any other loop: one shot while speaking, with or without sound, is a bank of its
+    # own mouths (one with sound that is no speech and a still mouth: an empty bank, so
+    # the question is asked once); its first stages are the avatar's
     return report, precompile(path, recipe, store, bank=True, **options)
 
 
-def has_audio(path: Path) -> bool:
-    """Whether a video has an audio track (only its header is read)."""
-    import av
+def moves(store: Store, report: PrecompileReport) -> bool:
+    """Whether the loop `report` made hot shows a face in enough frames for a bank and a
+    mouth that moves as a talker's does (its landmarks stage's openings, `bank.talks`):
+    a loop with no sound is talking footage only then."""
+    from pipeline.mouth.bank import MIN_ENTRIES, mouth_spread, talks
 
-    try:
-        with av.open(str(path)) as container:
-            return bool(container.streams.audio)
-    except (av.error.FFmpegError, OSError):
-        return False
+    (key,) = [s.key for s in report.stages if s.name == "landmarks"]
+    landmarks = store.load_arrays(key, ["landmarks"])["landmarks"]
+    faces = int(np.isfinite(landmarks).all(axis=(1, 2)).sum())
+    return faces >= MIN_ENTRIES and talks(mouth_spread(landmarks), 0.0)

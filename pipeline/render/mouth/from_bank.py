@@ -2,23 +2,31 @@
 
 For a render with a bank (`pipeline/mouth/bank.py`):
 
-1. the shape the presenter's mouth takes for each frame of the new audio, predicted by
-   the model fitted on their own footage, its opening blended with the drive's cue
-   (loudness, `drive.py`, or the recognised phones, `visemes.py`) mapped onto the
-   presenter's own range, by the cue and share the bank chose on its own footage
-   (`bank.drive_share`: on real talking footage loudness barely predicts the lips and
-   the phones a little more; on a clip whose mouth loudness opened, loudness does; a
-   live render, which cannot recognise phones a frame ahead, takes the model alone
-   where the bank chose the phones); in silence (`silence.py`) the presenter's closed
-   mouth instead, and for p, b, m where the bank follows loudness;
+1. the shape the presenter's mouth takes for each frame of the new audio (T, 3:
+   opening, width, height, the presenter's canonical units; a plain array, whatever
+   asks for it): for a bank whose footage had speech, predicted by the model fitted on
+   it, its opening blended with the drive's cue (loudness, `drive.py`, or the
+   recognised phones, `visemes.py`) mapped onto the presenter's own range, by the cue
+   and share the bank chose on its own footage (`bank.drive_share`: on real talking
+   footage loudness barely predicts the lips and the phones a little more; on a clip
+   whose mouth loudness opened, loudness does; a live render, which cannot recognise
+   phones a frame ahead, takes the model alone where the bank chose the phones); for a
+   bank of footage without speech (no model), the shape the drive asks for on the
+   presenter's range (`asked_shapes`: its opening from rest to the bank's wide
+   mouth, its spread onto the bank's widths); in silence (`silence.py`) the
+   presenter's closed mouth instead, and for p, b, m where the bank follows loudness;
 2. one bank entry per output frame (where the phones are heard while the render runs,
    per piece as it is heard: `visemes.PhoneTrack`), by dynamic programming (Viterbi) over the shape
    distance to that target plus a cost for every jump between two entries that were
    not consecutive frames of the clip, so runs of real footage play as they were shot;
+   at a jump the run it leaves plays on under the new one for FADE frames, fading out
+   (`fades`), so no mouth pops from one frame to the next;
 3. each entry's crop, aligned to the canonical frame, warped onto the output frame by
-   that frame's canonical similarity (its eyes and nose), its colour matched to the
-   frame around the mouth (mean and contrast per channel in the blend's soft edge), and
-   blended through a feathered region of the mouth and chin times the stored mask.
+   that frame's canonical similarity (its eyes and nose: the stored landmarks give each
+   frame's head), its colour matched to the frame around the mouth (mean and contrast
+   per channel in the blend's soft edge), and blended through a feathered region of the
+   mouth and chin times the stored mask: every frame's mouth is the bank's, so a loop's
+   own words do not show through.
 """
 
 from __future__ import annotations
@@ -35,6 +43,11 @@ from pipeline.render.renderers.base import MouthPatch, fit_mask
 from pipeline.render.silence import SilenceParams, speech_weight
 
 SHAPE_WEIGHTS = np.array([1.0, 0.5, 0.5], np.float32)  # opening counts most
+FADE = 2  # frames over which the run a jump leaves fades out under the new one
+MORPH_SIGMA = 0.08  # canonical units: the reach of a point's move in `point_warp` ...
+MORPH_STAY = 0.05  # ... and the weight of no move, so the field fades out past ~2 sigma
+MORPH_STEP = 4  # px: the grid the field is computed on
+WIDE = 0.95  # quantile of the bank's openings the drive's full opening maps onto
 CANDIDATES = 12  # entries per frame the search considers (the nearest to its target)
 JUMP = 1.5  # cost of a cut to an entry that does not follow the last one in the clip
 STAY = 0.4  # cost of showing the same entry again (a frozen mouth)
@@ -106,6 +119,101 @@ def select(bank: MouthBank, target: np.ndarray) -> np.ndarray:
     return path
 
 
+def asked_shapes(bank: MouthBank, opening: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """(T, 3) the shapes, in the presenter's canonical units, that a drive's opening (T,)
+    in [0, 1] and spread (T,) in [-1, 1] ask for: the opening from the presenter's
+    closed mouth (0) to their wide one (1: the bank's WIDE quantile), the width from
+    their rest width towards their widest (+1, spread) or narrowest (-1, rounded)
+    (5th and 95th percentiles), and the height the bank's own mouths have at that
+    opening and width (a least-squares plane over its entries)."""
+    rest = bank.rest_shape()
+    opening = np.asarray(opening, np.float32)
+    spread = np.asarray(spread, np.float32)
+    wide = float(np.quantile(bank.shapes[:, 0], WIDE))
+    lo, hi = np.quantile(bank.shapes[:, 1], [0.05, 0.95])
+    out = np.empty((opening.size, 3), np.float32)
+    out[:, 0] = rest[0] + np.clip(opening, 0.0, 1.0) * max(wide - rest[0], 0.0)
+    out[:, 1] = rest[1] + np.where(
+        spread >= 0, spread * max(hi - rest[1], 0.0), spread * max(rest[1] - lo, 0.0)
+    )
+    x = np.column_stack([bank.shapes[:, :2], np.ones(bank.size)]).astype(np.float64)
+    plane = np.linalg.lstsq(x, bank.shapes[:, 2].astype(np.float64), rcond=None)[0]
+    out[:, 2] = out[:, 0] * plane[0] + out[:, 1] * plane[1] + plane[2]
+    return out
+
+
+def fades(bank: MouthBank, entries: np.ndarray, before: int | None = None) -> tuple:
+    """(other, weight), each (T,): at a jump between entries that are not consecutive
+    frames of the clip, the run the path leaves plays on (its clip's next frames, the
+    last held where the bank ends) under the new entry for FADE frames, its weight
+    falling FADE/(FADE+1), ..., 1/(FADE+1); other -1 (weight 0) elsewhere. `before`: the
+    entry shown just before entries[0], if any."""
+    n = entries.size
+    other = np.full(n, -1, np.int64)
+    weight = np.zeros(n, np.float32)
+    fi = bank.frame_index
+    nxt = np.arange(1, bank.size + 1)
+    nxt[:-1] = np.where(fi[1:] == fi[:-1] + 1, nxt[:-1], np.arange(bank.size - 1))
+    nxt[-1] = bank.size - 1  # the clip's next frame, or the entry itself at a run's end
+    for t in range(n):
+        prev = int(entries[t - 1]) if t else before
+        cur = int(entries[t])
+        if prev is None or cur == prev or cur == nxt[prev]:
+            continue
+        run = prev
+        for k in range(min(FADE, n - t)):
+            run = int(nxt[run])
+            other[t + k], weight[t + k] = run, (FADE - k) / (FADE + 1)
+    return other, weight
+
+
+def morph(bank: MouthBank, a: int, b: int, weight: float) -> np.ndarray:
+    """Entries a and b's crops morphed together, a's share `weight`: each warped so its
+    lip and jaw points meet their weighted mean (a smooth field of the points' moves,
+    `point_warp`), then blended; two mouths of different shapes cross-dissolved as they
+    are would show a doubled lip edge."""
+    import cv2
+
+    crop_a, crop_b = bank.crop(a), bank.crop(b)
+    pa, pb = morph_points(bank, a), morph_points(bank, b)
+    mid = weight * pa + (1.0 - weight) * pb
+    return cv2.addWeighted(
+        point_warp(crop_a, pa, mid), weight, point_warp(crop_b, pb, mid), 1.0 - weight, 0.0
+    )
+
+
+def morph_points(bank: MouthBank, j: int) -> np.ndarray:
+    """(P, 2) entry j's lip (and jaw, where the bank has them) points in crop pixels."""
+    pts = bank.lips[j] if bank.jaw is None else np.concatenate([bank.lips[j], bank.jaw[j]])
+    return (pts - np.array(CROP[:2], np.float32)) * SCALE
+
+
+def point_warp(image: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """`image` warped so that its points `src` (P, 2, pixels) move to `dst`: each output
+    pixel p reads p + D(p), D a normalised Gaussian mean of the points' moves (src - dst,
+    placed at dst) with a stay weight, so it fades out away from them; computed on a
+    grid of MORPH_STEP pixels and upsampled."""
+    import cv2
+
+    h, w = image.shape[:2]
+    gx = np.arange(0, w + MORPH_STEP, MORPH_STEP, dtype=np.float32)
+    gy = np.arange(0, h + MORPH_STEP, MORPH_STEP, dtype=np.float32)
+    grid = np.stack(np.meshgrid(gx, gy), -1).reshape(-1, 2)
+    sigma = MORPH_SIGMA * SCALE
+    d2 = ((grid[:, None, :] - dst[None, :, :]) ** 2).sum(-1)
+    k = np.exp(-d2 / (2.0 * sigma * sigma))
+    field = (k @ (src - dst)) / (k.sum(1, keepdims=True) + MORPH_STAY)
+    field = field.reshape(gy.size, gx.size, 2).astype(np.float32)
+    # grid point (i, j) sits at pixel (j, i) * step: resize to that span, then crop
+    big = cv2.resize(
+        field, (gx.size * MORPH_STEP, gy.size * MORPH_STEP), interpolation=cv2.INTER_LINEAR
+    )
+    big = big[MORPH_STEP // 2 :, MORPH_STEP // 2 :][:h, :w]
+    map_x = big[..., 0] + np.arange(w, dtype=np.float32)[None, :]
+    map_y = big[..., 1] + np.arange(h, dtype=np.float32)[:, None]
+    return cv2.remap(image, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+
+
 class BankMouths:
     """The bank's mouths for one prepared render: `patch(t, idx, frame)` per frame."""
 
@@ -127,64 +235,88 @@ class BankMouths:
         each frame the caller has (`MouthBank.predict`; None: the whole file)."""
         # 1. target shapes: the presenter's, closed in silence and for p, b, m
         n = drive.open.size
-        target = bank.predict(audio, sr, fps, n, lookahead)
         rest = bank.rest_shape()
-        wide = float(np.quantile(bank.shapes[:, 0], 0.95))
-        share = bank.drive_share
-        if bank.drive_cue == "phones" and lookahead is not None:
-            share = 0.0  # live: the phones need the utterance; the model alone
-        # the phones a whole-file drive hears while the render runs: the target and the
-        # entries piece by piece as they are heard (each piece's own search: the pieces
-        # end in pauses), so the first frames wait for the first piece, not the whole
-        heard = drive.phones if bank.drive_cue == "phones" and share > 0.0 else None
-        if share > 0.0 and heard is None:
-            cued = cue_opening(bank.drive_cue, audio, sr, fps, n, drive)
-            target[:, 0] = (
-                share * (rest[0] + cued * max(wide - rest[0], 0.0)) + (1.0 - share) * target[:, 0]
-            )
         weight = np.ones(n, np.float32)
         if silence is not None:
             got = speech_weight(audio, sr, fps, silence)[:n]
             weight[: got.size] = got
-        if bank.drive_cue == "loudness" and share > 0.0:
-            # the loudness drive's p, b, m (a heuristic of espeak-ng's speech) only where
-            # the presenter's mouth was seen to follow loudness: on real speech they shut
-            # it at the wrong frames (r of the target against the truth 0.36 -> 0.26 on
-            # bench_mouth_real's six clips); the model and the phones close it themselves
-            weight = np.where(drive.closed, 0.0, weight)
-        weight = weight[:, None]
         self.assets, self.bank = assets, bank
-        if heard is None:
-            self.target = (weight * target + (1.0 - weight) * rest).astype(np.float32)
-            # 2. one entry per frame
-            self.entries = select(bank, self.target)
-            self._todo: list[tuple[int, int]] = []
+        if bank.has_model:
+            piece, whole = self._modelled(audio, sr, fps, drive, lookahead)
+            if bank.drive_cue == "loudness" and bank.drive_share > 0.0:
+                # the loudness drive's p, b, m (a heuristic of espeak-ng's speech) only
+                # where the presenter's mouth was seen to follow loudness: on real speech
+                # they shut it at the wrong frames (r of the target against the truth 0.36
+                # -> 0.26 on bench_mouth_real's six clips); the model and the phones close
+                # it themselves
+                weight = np.where(drive.closed, 0.0, weight)
         else:
-            self.target = np.zeros_like(target, dtype=np.float32)
-            self.entries = np.zeros(n, np.int64)
-            self._todo = list(heard.pieces)
-            self._lock = threading.Lock()
-            self._blend = (heard, target, weight, rest, share, max(wide - rest[0], 0.0))
+            # footage without speech: the shape the drive asks for (its opening: the
+            # phones in a whole file, heard while the render runs; loudness live)
+            def piece(a: int, b: int) -> np.ndarray:
+                drive.ready(b - 1)
+                return asked_shapes(bank, drive.open[a:b], drive.spread[a:b])
+
+            whole = drive.phones is None
+        self._piece, self._weight, self._rest = piece, weight[:, None], rest
+        self.target = np.zeros((n, 3), np.float32)
+        self.entries = np.zeros(n, np.int64)
+        self.other = np.full(n, -1, np.int64)  # the run a jump left, fading out (`fades`)
+        self.other_weight = np.zeros(n, np.float32)
+        # where the drive hears the phones while the render runs: the target and the
+        # entries piece by piece as they are heard (each piece's own search: the pieces
+        # end in pauses), so the first frames wait for the first piece, not the whole
+        self._todo: list[tuple[int, int]] = (
+            [(0, n)] if whole or drive.phones is None else list(drive.phones.pieces)
+        )
+        self._lock = threading.Lock()
         self.mask = region_mask()
         self._geometries: dict[int, tuple | None] = {} if geometries is None else geometries
+        if whole:
+            self._ready()
+
+    def _modelled(self, audio, sr, fps, drive: Drive, lookahead: int | None):
+        """(piece(a, b) -> target shapes of frames a..b, whether it is known whole now)
+        for a bank with a model: the model's prediction, its opening blended with the
+        drive's cue by the bank's share."""
+        bank = self.bank
+        n = drive.open.size
+        target = bank.predict(audio, sr, fps, n, lookahead)
+        rest = bank.rest_shape()
+        span = max(float(np.quantile(bank.shapes[:, 0], WIDE)) - rest[0], 0.0)
+        share = bank.drive_share
+        if bank.drive_cue == "phones" and lookahead is not None:
+            share = 0.0  # live: the phones need the utterance; the model alone
+        heard = drive.phones if bank.drive_cue == "phones" and share > 0.0 else None
+        if share > 0.0 and heard is None:
+            cued = cue_opening(bank.drive_cue, audio, sr, fps, n, drive)
+            target[:, 0] = share * (rest[0] + cued * span) + (1.0 - share) * target[:, 0]
+
+        def piece(a: int, b: int) -> np.ndarray:
+            got = target[a:b].copy()
+            if heard is not None:
+                heard.wait(b - 1)
+                got[:, 0] = share * (rest[0] + heard.heard[a:b] * span) + (1.0 - share) * got[:, 0]
+            return got
+
+        return piece, heard is None
 
     def _ready(self, t: int | None = None) -> None:
-        """The target and entries final up to frame t (None: all): the pieces the phones
-        are heard in, each blended and searched once it is heard."""
+        """The target and entries final up to frame t (None: all): each piece (the
+        whole render, or the pieces the phones are heard in) blended and searched once
+        it is known."""
         if not self._todo:
             return
         with self._lock:
-            heard, model, weight, rest, share, span = self._blend
             while self._todo and (t is None or self._todo[0][0] <= t):
                 a, b = self._todo[0]
-                heard.wait(b - 1)
-                piece = model[a:b].copy()
-                piece[:, 0] = (
-                    share * (rest[0] + heard.heard[a:b] * span) + (1.0 - share) * piece[:, 0]
-                )
-                w = weight[a:b]
-                self.target[a:b] = w * piece + (1.0 - w) * rest
+                w = self._weight[a:b]
+                self.target[a:b] = w * self._piece(a, b) + (1.0 - w) * self._rest
                 self.entries[a:b] = select(self.bank, self.target[a:b])
+                before = int(self.entries[a - 1]) if a else None
+                self.other[a:b], self.other_weight[a:b] = fades(
+                    self.bank, self.entries[a:b], before
+                )
                 self._todo.pop(0)
 
     def shapes(self) -> np.ndarray:
@@ -245,6 +377,8 @@ class BankMouths:
         alpha = alpha.astype(np.float32)
         self._ready(t)
         crop = self.bank.crop(int(self.entries[t]))
+        if self.other_weight[t] > 0.0:  # the run a jump left, fading out under it
+            crop = morph(self.bank, int(self.other[t]), int(self.entries[t]), self.other_weight[t])
         flags = cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP
         mouth = cv2.warpAffine(crop, m, size, flags=flags, borderMode=cv2.BORDER_REPLICATE)
         under = np.ascontiguousarray(frame[y1:y2, x1:x2])

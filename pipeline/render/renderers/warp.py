@@ -26,9 +26,10 @@ For output frame t showing stored frame i:
    lower share where the stored frame shows no teeth);
 5. blend back through the stored mask, into the mouth rectangle only (`MouthPatch`).
 
-When the persona has a mouth bank (`assets.bank`: footage of the presenter talking),
-the mouth comes from there instead: the presenter's own mouths, chosen for the speech
-and warped onto the frame (`pipeline/render/mouth/from_bank.py`).
+When the persona has a mouth bank (`assets.bank`: footage of the presenter talking, with
+or without sound; a loop's own first), every frame's mouth comes from there instead: the
+presenter's own mouths, chosen for the shapes the speech asks for and warped onto the
+frame's head (`pipeline/render/mouth/from_bank.py`), so a loop's own words are gone.
 
 During silence longer than `silence.min_silence` the openness fades to 0 and stays
 there (the stored, closed pose), and is back before speech resumes
@@ -209,14 +210,19 @@ class WarpRenderer:
     def _hears_phones(self, bank) -> bool:
         """Whether this render's drive hears the phones (`self.phones`, where it is set):
         a whole file or stream, not a live render (one frame ahead), and only where the
-        mouth shown reads them: the procedural mouth does, a bank only where it chose the
-        phones as its cue with a share of the opening (for any other bank the
-        recogniser's CPU would be spent for nothing)."""
+        mouth shown reads them: the procedural mouth does, a bank of footage without
+        speech does (it shows the shapes the drive asks for), a bank with a model only
+        where it chose the phones as its cue with a share of the opening (for any other
+        bank the recogniser's CPU would be spent for nothing)."""
         if self.phones is not None:
             return self.phones
         if self.lookahead < LOOKAHEAD:
             return False
-        return bank is None or (bank.drive_cue == "phones" and bank.drive_share > 0.0)
+        return (
+            bank is None
+            or not bank.has_model
+            or (bank.drive_cue == "phones" and bank.drive_share > 0.0)
+        )
 
     def openness(self) -> np.ndarray:
         return self._open if self._drive is None else self._drive.ready()
