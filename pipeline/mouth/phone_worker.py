@@ -34,6 +34,12 @@ _lock = threading.Lock()  # one request at a time: the worker hears one utteranc
 _worker: subprocess.Popen | None = None
 _broken = False  # it failed once in this process: hear here from then on
 _inherited: list[subprocess.Popen] = []  # a forked child's copy of its parent's worker
+# How long a reply may take: a stalled worker (stopped, swapping, wedged: not dead, so its
+# pipe never closes) would otherwise hold the process-wide lock and every render that
+# needs phones. PocketSphinx hears a second of speech in well under 0.1 s of a core, so
+# this leaves a loaded machine tens of times that before the worker is given up.
+REPLY_WITHIN = 10.0  # seconds, plus REPLY_PER_SECOND for each second of the piece
+REPLY_PER_SECOND = 1.0
 _REQUEST = struct.Struct("<IQ")
 _REPLY = struct.Struct("<I")
 
@@ -109,6 +115,31 @@ def _ask(proc: subprocess.Popen, samples: np.ndarray, sr: int) -> list[tuple[str
     return [(str(p), int(a), int(b)) for p, a, b in got]
 
 
+def _ask_within(
+    proc: subprocess.Popen, samples: np.ndarray, sr: int, seconds: float
+) -> list[tuple[str, int, int]]:
+    """`_ask`, given up after `seconds`: the worker is killed (its pipes close, so the
+    thread blocked on them ends) and TimeoutError raised."""
+    box: dict = {}
+
+    def ask() -> None:
+        try:
+            box["got"] = _ask(proc, samples, sr)
+        except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+            box["error"] = e
+
+    thread = threading.Thread(target=ask, name="phone-ask", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        proc.kill()  # SIGKILL ends a stopped process too
+        thread.join()
+        raise TimeoutError(f"no answer in {seconds:.0f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["got"]
+
+
 def hear_apart(samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
     """`recogniser.hear(samples, sr)`, heard by the worker (this thread waits on a pipe,
     the GIL free); in this process where the worker cannot run."""
@@ -117,10 +148,11 @@ def hear_apart(samples: np.ndarray, sr: int) -> list[tuple[str, int, int]]:
         if _worker is None and not _broken:
             _worker = _start()
         if _worker is not None:
+            within = REPLY_WITHIN + REPLY_PER_SECOND * len(samples) / sr
             try:
-                return _ask(_worker, samples, sr)
-            except (OSError, ValueError, EOFError) as e:
-                # a worker that died or spoke nonsense: not trusted again in this process
+                return _ask_within(_worker, samples, sr, within)
+            except (OSError, ValueError, EOFError, TimeoutError) as e:
+                # a worker that died, stalled or spoke nonsense: not trusted again here
                 print(
                     f"hotplate: the phone worker failed ({e}); hearing in process", file=sys.stderr
                 )

@@ -55,6 +55,28 @@ def test_a_worker_that_dies_loses_no_piece(speech, fresh_worker, capfd):
     assert phone_worker.worker_pid() is None  # not trusted again
 
 
+def test_a_stalled_worker_is_given_up_and_the_piece_heard_here(
+    speech, fresh_worker, capfd, monkeypatch
+):
+    """A worker that is stopped, not dead (its pipe stays open), answers nothing: the wait
+    is bounded, the worker killed, the piece heard in process, and the next piece too."""
+    want = phone_worker.hear_apart(speech, 48000)
+    pid = phone_worker.worker_pid()
+    monkeypatch.setattr(phone_worker, "REPLY_WITHIN", 1.0)
+    monkeypatch.setattr(phone_worker, "REPLY_PER_SECOND", 0.0)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert phone_worker.hear_apart(speech, 48000) == want
+    finally:
+        if _state(pid) not in (None, "Z"):
+            os.kill(pid, signal.SIGKILL)
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no answer in 1 s" in err[0] and "in process" in err[0], err
+    assert _state(pid) in (None, "Z")  # killed, not left stopped
+    assert phone_worker.worker_pid() is None
+    assert phone_worker.hear_apart(speech, 48000) == want
+
+
 def _state(pid: int) -> str | None:
     """The process's state letter (Z: ended, not yet reaped), None when it is gone."""
     try:
