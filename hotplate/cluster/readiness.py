@@ -34,6 +34,9 @@ from typing import Any
 from hotplate.cluster.peers import PEER_HEADER, PROBE_PATH
 
 PROBE_TIMEOUT = 3.0  # seconds for one peer's answer; a slower one counts as not ready
+# seconds for Serve's controller and the peer book together: a slow or stopped controller
+# makes /readyz a 503 in this long, not a hang (a balancer's probe has its own timeout)
+CONTROLLER_TIMEOUT = 3.0
 log = logging.getLogger("hotplate.serve")
 
 
@@ -71,6 +74,9 @@ class Readiness:
         self.app_name, self.deployment = app_name, deployment
         self.url: str | None = None
         self.client: Any = None
+        # the controller's answer still awaited, if any: serve.status() in a thread cannot
+        # be cancelled, so a slow controller gets one such call at a time, not one per probe
+        self.status_call: asyncio.Future | None = None
 
     def probe_answer(self) -> dict:
         """What this replica tells a peer that asks (through the peer gate)."""
@@ -78,11 +84,21 @@ class Readiness:
 
     async def __call__(self) -> dict:
         """The whole check: {"ready", "replicas", "replicas_running", "replicas_whole"}."""
-        try:
-            running, peers = await asyncio.gather(
-                asyncio.to_thread(running_replicas, self.app_name, self.deployment),
-                self.book.all.remote(),
+        if self.status_call is None or self.status_call.done():
+            self.status_call = asyncio.ensure_future(
+                asyncio.to_thread(running_replicas, self.app_name, self.deployment)
             )
+        try:
+            running, peers = await asyncio.wait_for(
+                asyncio.gather(asyncio.shield(self.status_call), self.book.all.remote()),
+                CONTROLLER_TIMEOUT,
+            )
+        except TimeoutError:
+            log.info(
+                "readiness: Serve's controller or the peer book did not answer in %g s",
+                CONTROLLER_TIMEOUT,
+            )
+            running, peers = 0, {}
         except Exception as exc:  # noqa: BLE001 - the controller or the book is away
             log.info("readiness: Serve's controller or the peer book did not answer (%s)", exc)
             running, peers = 0, {}

@@ -640,6 +640,37 @@ def ready(url: str) -> bool:
         return False
 
 
+def serve_controller_pid() -> int:
+    """The Serve controller actor's process (Ray titles it `ray::ServeController`)."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if (proc / "cmdline").read_bytes().startswith(b"ray::ServeController"):
+                    return int(proc.name)
+            except OSError:
+                continue
+    raise AssertionError("no ServeController process on this machine")
+
+
+def test_a_stopped_controller_makes_readyz_503_not_a_hang(served):
+    """Serve's controller stopped (SIGSTOP: alive, answering nothing): `/readyz` answers
+    503 within the readiness bound, not when the prober gives up, then 200 once it is
+    back."""
+    url, pid = served["url"], serve_controller_pid()
+    assert ready(url)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        answer = httpx.get(url + "/readyz", timeout=30)  # hung without the bound
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["replicas_running"] == 0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + READY
+    while not ready(url):
+        assert time.monotonic() < deadline, "the deployment did not come back after SIGCONT"
+        time.sleep(0.5)
+
+
 def test_sigterm_drains_the_replicas_a_queued_render_finishes_whole(served):
     """Last in the module: it takes the app down."""
     root, url, proc = served["root"], served["url"], served["proc"]
