@@ -129,7 +129,17 @@ def read_tokens(path: Path) -> tuple[str, ...]:
     type=click.IntRange(min=1),
     cls=FieldDefault,
     field="hotplate.serve.config:ServeConfig.queue_size",
-    help="Most jobs that may wait for a worker, whatever the estimates; beyond it 503.",
+    help="Most renders (and streams) that may wait for a worker, whatever the estimates; "
+    "beyond it 503.",
+)
+@click.option(
+    "--max-queued-precompiles",
+    type=click.IntRange(min=1),
+    cls=FieldDefault,
+    field="hotplate.serve.config:ServeConfig.max_queued_precompiles",
+    help="Precompiles (POST /v1/precompile) queue as background work, however long the "
+    "wait: up to this many avatars; beyond it 503 with Retry-After. A render always goes "
+    "first.",
 )
 @click.option(
     "--max-wait",
@@ -284,6 +294,7 @@ def serve(
     port: int,
     workers: int | str,
     queue_size: int,
+    max_queued_precompiles: int,
     max_wait: str,
     max_per_client: int | None,
     max_sessions: int | None,
@@ -360,6 +371,7 @@ def serve(
         settings=settings,
         workers=workers,
         queue_size=queue_size,
+        max_queued_precompiles=max_queued_precompiles,
         max_wait=max_wait,
         max_per_client=max_per_client,
         max_sessions=max_sessions,

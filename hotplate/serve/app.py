@@ -59,6 +59,7 @@ class Service:
             self.metrics,
             Retention(seconds(config.keep_videos), config.data, config.max_data_size),
             max_wait=seconds(config.max_wait),
+            background_size=config.max_queued_precompiles,
             cap=config.per_client_cap,
             renderer=s.renderer,
             warm_up=self.recipe_for_backend(s.renderer),  # seeds admission (queue.py)
@@ -111,7 +112,7 @@ def create_app(config: ServeConfig) -> FastAPI:
             queue = service.queue
             if queue.draining_until is None:  # not drained by a signal (a Ray replica's stop)
                 drain_s = seconds(config.drain_timeout)
-                queue.draining_until = time.monotonic() + drain_s
+                await queue.begin_drain(drain_s)
                 await service.sessions.end_all("the server is shutting down")
                 await queue.drained(drain_s)
             await queue.stop()

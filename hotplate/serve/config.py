@@ -60,7 +60,10 @@ def auto_workers(renderer: str, cores: int | None = None) -> int:
 class ServeConfig:
     settings: Settings
     workers: int = 1
-    queue_size: int = 16  # a hard cap on waiting jobs, whatever the estimates say
+    queue_size: int = 16  # a hard cap on waiting renders, whatever the estimates say
+    # precompiles are background work nobody waits on: they queue up to this many, past
+    # --max-wait, and a worker takes one only when no render waits
+    max_queued_precompiles: int = 64
     token: str | None = None  # a client token (HOTPLATE_TOKEN)
     max_upload_bytes: int = 50_000_000
     max_audio_seconds: float = 600.0

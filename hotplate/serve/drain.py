@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import time
 from typing import Any
 
 import uvicorn
@@ -61,11 +60,12 @@ class DrainingServer(uvicorn.Server):
 
     async def _drain(self, service: Any) -> None:
         queue = service.queue
-        queue.draining_until = time.monotonic() + self.drain_timeout
+        queued = await queue.begin_drain(self.drain_timeout)
         log.info(
-            "SIGTERM: draining (%d job(s) queued or running), up to %g s; "
+            "SIGTERM: draining (%d job(s) running; %d queued answered 503), up to %g s; "
             "a second SIGTERM or Ctrl-C stops at once",
             len(queue.live),
+            queued,
             self.drain_timeout,
         )
         await service.sessions.end_all("the server is shutting down")

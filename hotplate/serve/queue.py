@@ -2,8 +2,11 @@
 
 Jobs wait in arrival order; a free worker takes the first one, an editor's (render,
 stream, live) before any background precompile, skipping a client that already holds
-its share of workers (`cap`, `--max-per-client`). `admit` refuses work a worker would
-not start within `max_wait` (admission.py says how that is estimated). Before it says it
+its share of workers (`cap`, `--max-per-client`). `admit` refuses an editor's work a
+worker would not start within `max_wait` (admission.py says how that is estimated), or
+past `size` waiting; background work (a precompile, which nobody waits on) is not held
+to `max_wait`: it queues up to `background_size` avatars, and only a full background
+queue refuses one. A drain starts nothing more: what is queued then is answered 503. Before it says it
 is ready, every worker renders a warm-up clip of each avatar size the store holds hot,
 which seeds the estimate (workers.warm_up_renders).
 """
@@ -62,13 +65,14 @@ class JobQueue:
         renderer: str = "warp",
         warm_up: Any = None,
         clock: Callable[[], float] = time.time,
+        background_size: int = 64,
     ) -> None:
         """`renderer`: the server's default (a request's renderer is not known before its
         form is read); `warm_up`: the recipe for the workers' warm-up renders (None: no
         warm-up); `clock`: wall seconds, for jobs' times and the estimates."""
         self.records, self.worker_settings = records, worker_settings
         self.renderer, self.warm_up, self.clock = renderer, warm_up, clock
-        self.n_workers, self.size = workers, size
+        self.n_workers, self.size, self.background_size = workers, size, background_size
         self.max_wait, self.cap = max_wait, cap or workers
         self.live: dict[str, Job] = {}  # queued or running
         self.waiting: list[Entry] = []  # in arrival order; _take applies the priorities
@@ -149,6 +153,24 @@ class JobQueue:
             except TimeoutError:
                 return False
 
+    async def begin_drain(self, seconds: float) -> int:
+        """Admit nothing more and start nothing more: the jobs still queued are answered now
+        (503, submit again: a blocked /v1/lip-sync gets it while the server still
+        answers), the running ones have `seconds` to finish. Returns how many were queued."""
+        self.draining_until = time.monotonic() + seconds
+        queued = [job for job, _, _ in self.waiting if job.state == "queued"]
+        for job in queued:
+            job.state, job.status, job.finished = "interrupted", 503, time.time()
+            job.error = "the server is shutting down (a restart or deploy); submit it again"
+            remove(job.audio, job.audio and job.audio + ".part")
+            job.audio = None
+            self.metrics.renders.labels("interrupted").inc()
+            self.live.pop(job.id, None)
+            self.records.save(job)
+        self.waiting = []
+        await self._notify()
+        return len(queued)
+
     def interrupt(self, why: str) -> int:
         """Stop now (a second signal): kill every worker, record the jobs they ran or
         would have run as interrupted and remove their files; returns how many."""
@@ -186,14 +208,26 @@ class JobQueue:
                 left,
                 f"the server is shutting down (a restart or deploy); retry in {max(1, int(left))} s",
             )
-        if self.depth() + len(self.tickets) >= self.size:  # cancelled ones hold no place
+        priority = priority_of(kind)
+        held = self.depth(priority) + sum(priority_of(t.kind) == priority for t in self.tickets)
+        if priority == "background":
+            if held >= self.background_size:
+                # a place frees when the first queued precompile starts: when a worker is
+                # free of the renders (none of the queued precompiles ahead of it)
+                raise Busy(
+                    "queue_full",
+                    self.expected_start("render", client),
+                    f"the precompile queue is full ({self.background_size} avatars queued, "
+                    "--max-queued-precompiles); retry later",
+                )
+        elif held >= self.size:  # cancelled ones hold no place
             start = self.expected_start(kind, client)
             raise Busy(
                 "queue_full",
                 start,
                 f"the render queue is full ({self.size} jobs waiting); retry later",
             )
-        if self.max_wait is not None:
+        if self.max_wait is not None and priority == "editor":
             start = self.expected_start(kind, client)
             if start > self.max_wait:
                 raise Busy(
@@ -284,6 +318,24 @@ class JobQueue:
             for job, _, _ in self.waiting
         )
 
+    def place(self, job: Job) -> int | None:
+        """A queued job's place in the order workers take jobs (1: next), or None."""
+        if job.state != "queued":
+            return None
+        order = [
+            j
+            for p in ("editor", "background")
+            for j, _, _ in self.waiting
+            if j.state == "queued" and priority_of(j.kind) == p
+        ]
+        return order.index(job) + 1 if job in order else None
+
+    def background(self) -> list[Job]:
+        """The background queue: precompiles running, then those waiting, in order."""
+        running = [j for j in self.live.values() if j.state == "running" and j.kind == "precompile"]
+        waiting = [j for j, _, _ in self.waiting if j.state == "queued" and j.kind == "precompile"]
+        return running + waiting
+
     def get(self, job_id: str) -> Job | None:
         return self.live.get(job_id) or self.records.get(job_id)
 
@@ -365,6 +417,8 @@ class JobQueue:
         return entry
 
     def _pick(self) -> Entry | None:
+        if self.draining_until is not None:  # a drain starts nothing more (begin_drain)
+            return None
         self.waiting = [e for e in self.waiting if e[0].state == "queued"]  # drop cancelled
         held = Counter(job.owner for job in (self.live.get(j) for j in self.running) if job)
         for priority in ("editor", "background"):

@@ -1,5 +1,5 @@
-"""A drain for deploys: SIGTERM lets the renders and streams in flight finish whole while
-new work gets 503 and /readyz says not ready, then the server exits 0; a second signal
+"""A drain for deploys: SIGTERM lets the renders and streams in flight finish whole, and
+answers what is still queued 503 (it starts nothing more), while new work gets 503 and /readyz says not ready, then the server exits 0; a second signal
 stops at once, records the jobs as interrupted and leaves no partial file. A real server
 process on loopback; every wait is for an answer or a state, never a clock."""
 
@@ -63,7 +63,9 @@ def running_jobs(c: httpx.Client) -> list[dict]:
     return [r for r in c.get("/v1/renders").json()["renders"] if r["state"] == "running"]
 
 
-def test_sigterm_lets_a_render_and_a_stream_finish_whole_then_exits_0(world, tmp_path):
+def test_sigterm_lets_the_render_in_flight_finish_answers_the_queued_stream_503_then_exits_0(
+    world, tmp_path
+):
     srv = Server(world, "--workers", "1", "--data", str(tmp_path / "jobs")).start()
     try:
         with srv.client() as c:
@@ -81,7 +83,13 @@ def test_sigterm_lets_a_render_and_a_stream_finish_whole_then_exits_0(world, tmp
                         files = {"audio": ("ten.wav", f, "audio/wav")}
                         data = {"persona": "astro", "attire": "studio"}
                         with s.stream("POST", "/v1/lip-sync/stream", data=data, files=files) as r:
-                            return r.status_code, b"".join(r.iter_bytes())
+                            chunks = []
+                            try:
+                                for chunk in r.iter_bytes():
+                                    chunks.append(chunk)
+                            except httpx.RemoteProtocolError:  # the body ended unfinished
+                                return r.status_code, b"".join(chunks), False
+                            return r.status_code, b"".join(chunks), True
 
             stream = in_thread(streamed)
 
@@ -114,12 +122,18 @@ def test_sigterm_lets_a_render_and_a_stream_finish_whole_then_exits_0(world, tmp
             assert answer.status_code == 200, answer.text
             facts = mp4_facts(answer.content, tmp_path / "render.mp4")
             assert abs(facts["seconds"] - 10.0) < 0.2
-            status, body = stream()
-            assert status == 200
-            assert abs(mp4_facts(body, tmp_path / "stream.mp4")["seconds"] - 10.0) < 0.2
+            # queued when the drain began: not started (issue 48). Its 200 and headers went
+            # out when it was queued (the stream route answers at once), so its body ends
+            # unfinished, with no fragment, and its record says why
+            status, body, whole = stream()
+            assert status == 200 and not whole and b"moof" not in body, (status, whole)
         assert srv.proc.wait(timeout=120) == 0, srv.log_text()
     finally:
         srv.stop()
+    with sqlite3.connect(tmp_path / "jobs" / "jobs.sqlite") as db:
+        streams = db.execute("SELECT state, error, started FROM jobs WHERE kind = 'stream'")
+        [(state, error, started)] = streams.fetchall()
+    assert state == "interrupted" and "shutting down" in error and started is None
 
 
 @pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT])

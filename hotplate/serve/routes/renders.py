@@ -19,11 +19,14 @@ from hotplate.serve.uploads import check_audio, save_upload
 router = APIRouter(tags=["renders"])
 
 
-def public(job: Job) -> dict:
-    """A job as the API shows it: its error without server paths."""
+def public(job: Job, queue: Any = None) -> dict:
+    """A job as the API shows it: its error without server paths; given the queue, its
+    `place` in it (1: the next a worker takes; null once it runs)."""
     out = job.public()
     if out.get("error"):
         out["error"] = public_text(out["error"])
+    if queue is not None:
+        out["place"] = queue.place(job)
     return out
 
 
@@ -102,7 +105,9 @@ async def create_render(
 ) -> JSONResponse:
     """Queue a render; poll the status URL or follow its events."""
     job = await submit_render(svc, form, caller)
-    return JSONResponse(public(job), status_code=202, headers={"Location": f"/v1/renders/{job.id}"})
+    return JSONResponse(
+        public(job, svc.queue), status_code=202, headers={"Location": f"/v1/renders/{job.id}"}
+    )
 
 
 @router.get("/v1/renders")
@@ -114,8 +119,8 @@ def list_renders(svc: Svc, caller: Caller, limit: int = 50) -> dict:
 
 @router.get("/v1/renders/{job_id}")
 def render_status(svc: Svc, caller: Caller, job_id: str) -> dict:
-    """State, progress (0..1), timings and error of one job."""
-    return public(job_or_404(svc, job_id))
+    """State, progress (0..1), place in the queue, timings and error of one job."""
+    return public(job_or_404(svc, job_id), svc.queue)
 
 
 @router.get("/v1/renders/{job_id}/events")
@@ -187,7 +192,9 @@ async def precompile_route(
     attire: Annotated[str, Form()] = "default",
     motion: Annotated[str | None, Form()] = None,
 ) -> JSONResponse:
-    """Make an attire (or one motion of it) hot ahead of time, as a queued job."""
+    """Make an attire (or one motion of it) hot ahead of time, as a background job: it
+    waits however long the renders take (a worker takes it only when no render waits),
+    up to --max-queued-precompiles queued; past that 503 with Retry-After."""
     backend = svc.config.settings.renderer
     job = await asyncio.to_thread(
         svc.new_job, "precompile", persona, attire, motion or None, backend
@@ -195,4 +202,18 @@ async def precompile_route(
     job.owner = caller.id
     fields = {"persona": job.persona, "attire": job.attire, "motion": motion or None}
     svc.queue.submit(job, fields, svc.recipe_for_backend(backend))
-    return JSONResponse(public(job), status_code=202, headers={"Location": f"/v1/renders/{job.id}"})
+    return JSONResponse(
+        public(job, svc.queue), status_code=202, headers={"Location": f"/v1/renders/{job.id}"}
+    )
+
+
+@router.get("/v1/precompile")
+def precompile_queue(svc: Svc, caller: Caller) -> dict:
+    """The background queue: precompiles running, then those waiting, in the order
+    workers take them, each with its place and progress; and how many it may hold."""
+    jobs = svc.queue.background()
+    return {
+        "precompiles": [public(job, svc.queue) for job in jobs],
+        "queued": sum(job.state == "queued" for job in jobs),
+        "max_queued": svc.queue.background_size,
+    }
