@@ -46,6 +46,9 @@ from hotplate.serve.records import (
 from hotplate.serve.workers import RenderWorker
 
 Entry = tuple[Job, dict, Any]  # a job, its request's fields, its recipe
+# How often an idle worker is looked at: one that died while idle is replaced then, not
+# found dead by the next job (a 500), and /readyz is 200 again without a job to wake it.
+IDLE_CHECK = 1.0  # seconds
 
 
 class JobQueue:
@@ -379,11 +382,27 @@ class JobQueue:
             self.records.save(job)
             await self._notify()
             process = worker.process
+            message = (job.id, job.kind, request_fields, recipe)
             try:
-                await loop.run_in_executor(
-                    self.threads, worker.send, (job.id, job.kind, request_fields, recipe)
-                )
-                await self._follow(job, worker)
+                for last in (False, True):
+                    # a worker that dies before it says a word of the job (the send fails,
+                    # or its pipe ends first) had died idle, or as the job reached it:
+                    # nothing of the job ran, so a fresh worker takes it, once
+                    try:
+                        await loop.run_in_executor(self.threads, worker.send, message)
+                        if await self._follow(job, worker, last) or last:
+                            break
+                    except (OSError, EOFError, ValueError):
+                        if last:
+                            raise
+                    print(
+                        f"hotplate serve: render worker gone before job {job.id} started; "
+                        "sending it to a fresh one",
+                        flush=True,
+                    )
+                    await loop.run_in_executor(self.threads, worker.kill, process)
+                    await self._restart(worker)
+                    process = worker.process
             except (OSError, EOFError, ValueError) as exc:  # the pipe broke: the worker died
                 if job.state == "running":
                     await self.finish(
@@ -399,13 +418,25 @@ class JobQueue:
                 await self._restart(worker)
 
     async def _take(self, worker: RenderWorker) -> Entry:
-        """The next job for `worker`, once there is one it may take (module doc)."""
+        """The next job for `worker`, once there is one it may take (module doc); while it
+        waits, a worker process that dies is replaced (IDLE_CHECK)."""
         while True:
+            if not worker.process.is_alive():
+                print(
+                    f"hotplate serve: render worker died while idle (exit code "
+                    f"{worker.exitcode()}); starting another",
+                    flush=True,
+                )
+                await asyncio.get_running_loop().run_in_executor(self.threads, worker.kill)
+                await self._restart(worker)
             entry = self.dispatch(worker)
             if entry is not None:
                 return entry
             self.work.clear()
-            await self.work.wait()
+            try:
+                await asyncio.wait_for(self.work.wait(), IDLE_CHECK)
+            except TimeoutError:
+                pass
 
     def dispatch(self, worker: Any) -> Entry | None:
         """The job `worker` takes now (module doc), marked running, or None."""
@@ -438,18 +469,24 @@ class JobQueue:
                 print(f"hotplate serve: render worker failed to start: {exc}", flush=True)
                 await asyncio.sleep(1.0)  # not a test wait: back off before the next spawn
 
-    async def _follow(self, job: Job, worker: RenderWorker) -> None:
+    async def _follow(self, job: Job, worker: RenderWorker, last: bool = True) -> bool:
+        """The worker's messages about `job` until it ends. False (the job left running)
+        when the worker died before its first message and this is not the `last` try."""
         loop = asyncio.get_running_loop()
+        heard = False
         while True:
             msg = await loop.run_in_executor(self.threads, worker.recv)
             if job.state == "cancelled":
-                return
+                return True
+            if msg is None and not heard and not last:
+                return False
+            heard = True
             if msg is None:
                 code = await loop.run_in_executor(self.threads, worker.exitcode)
                 await self.finish(
                     job, "failed", error=f"the render worker died (exit code {code})", status=500
                 )
-                return
+                return True
             if msg[0] == "jit":
                 job.jit = True
                 await self._notify()
@@ -460,10 +497,10 @@ class JobQueue:
                 await self._notify()
             elif msg[0] == "ok":
                 await self.finish(job, "done", result=msg[2])
-                return
+                return True
             else:
                 await self.finish(job, "failed", error=msg[3], status=msg[2])
-                return
+                return True
 
     async def finish(
         self,
