@@ -156,7 +156,15 @@ class Reader:
         value = self.txn.get(digest.encode(), db=self.store.dbs["blob"])
         if value is None:
             raise KeyError(f"blob {digest} is not in the store")
-        return codec.decode(value, verify=verify, digest=digest)[1]
+        try:
+            return codec.decode(value, verify=verify, digest=digest)[1]
+        except codec.CodecError:
+            # damage the hit check trusted (a remembered spot: freed pages are reused, so a
+            # flipped copy can land where the whole value lay; or bytes changed under
+            # LMDB): forget it, so the next hit check hashes it, calls it damaged and
+            # removes it, and the avatar is rebuilt
+            self.store._hashed.pop(digest, None)
+            raise
 
 
 class TxnGate:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cachestore.codec import CodecError
 from cachestore.flight import DEFAULT_WAIT
 from cachestore.store import Store
 from pipeline.precompile.recipe import Recipe
@@ -46,6 +47,11 @@ class LipSyncRequest:
     profile: str | None = None
     # recipe fields the caller gave (flags; None = not given), for effective_recipe
     flags: dict[str, object] = field(default_factory=dict)
+
+
+class StoreDamagedError(RuntimeError):
+    """The store's copy of an avatar is damaged even after a rebuild: the server's fault,
+    never the request's (a 500, not a 4xx)."""
 
 
 class NotHotError(LookupError):
@@ -196,7 +202,7 @@ def lip_sync(
     (cold with no_jit, or cold in a read-only store) and whatever precompile and render
     raise.
     """
-    from pipeline.render.video import check_output, render_video
+    from pipeline.render.video import check_output
 
     started = time.perf_counter()
     progress = progress or (lambda step, done, total: None)
@@ -204,6 +210,55 @@ def lip_sync(
     def check() -> None:
         check_audio(request.audio)
         check_output(request.output)
+
+    for last in (False, True):
+        try:
+            hot, render_called, result = _render_hot(
+                store,
+                personas,
+                recipe,
+                request,
+                progress,
+                flight_wait,
+                on_wait,
+                on_jit,
+                check,
+                default_loop,
+            )
+            break
+        except CodecError as damage:
+            # a blob the hit check passed is damaged (Reader.array forgot its spot): once
+            # more, and the hit check hashes it, removes it and the avatar is rebuilt
+            if last:
+                raise StoreDamagedError(
+                    f"the store's copy of {request.persona}/{request.attire} is damaged "
+                    f"and rebuilding it did not help ({damage}); run `hotplate verify --repair`"
+                ) from damage
+    return LipSyncOutcome(
+        avatar=hot.avatar,
+        source=hot.source,
+        jit=hot.jit,
+        jit_seconds=hot.jit_seconds,
+        render=result,
+        first_frame_seconds=render_called - started + result.first_frame_seconds,
+        bank=hot.bank,
+    )
+
+
+def _render_hot(
+    store: Store,
+    personas: Path,
+    recipe: Recipe,
+    request: LipSyncRequest,
+    progress: Progress,
+    flight_wait: float,
+    on_wait: Callable[[str], None] | None,
+    on_jit: Callable[[], None] | None,
+    check: Callable[[], None],
+    default_loop: str,
+):
+    """Steps 1-3 once: (the hot avatar, when its render was called, the render's result)."""
+    from pipeline.render.video import render_video
 
     steps = hot_avatar(
         store, personas, recipe, request, progress, flight_wait, on_wait, on_jit, check
@@ -226,15 +281,7 @@ def lip_sync(
             batch_size=request.batch_size,
             profile=request.profile,
         )
-    return LipSyncOutcome(
-        avatar=hot.avatar,
-        source=hot.source,
-        jit=hot.jit,
-        jit_seconds=hot.jit_seconds,
-        render=result,
-        first_frame_seconds=render_called - started + result.first_frame_seconds,
-        bank=hot.bank,
-    )
+    return hot, render_called, result
 
 
 def live_lip_sync(

@@ -37,6 +37,7 @@ MAX_WARM_UP_SIZES = 3  # avatar sizes measured at start; others are learned as t
 
 def status_for(exc: BaseException) -> int:
     """The HTTP status an exception from a job maps to (4xx: the request's fault)."""
+    from cachestore.codec import CodecError
     from cachestore.flight import FlightTimeoutError
     from pipeline.nets.models import ModelMissingError
     from pipeline.personas import PersonaError
@@ -50,6 +51,8 @@ def status_for(exc: BaseException) -> int:
         return 503
     if isinstance(exc, LookupError):
         return 409
+    if isinstance(exc, CodecError):  # the store's own damage (a ValueError): never a 4xx
+        return 500
     if isinstance(exc, ValueError):  # MediaError, NoFaceError, bad options
         return 422
     return 500
