@@ -128,11 +128,19 @@ def hold():  # a thread of the parent's mid-request at the fork
 holder = threading.Thread(target=hold)
 holder.start()
 held.wait()
+fds = [phone_worker._worker.stdin.fileno(), phone_worker._worker.stdout.fileno()]
 r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
+    def is_open(fd):
+        try:
+            os.fstat(fd)
+            return True
+        except OSError:
+            return False
+    inherited = [fd for fd in fds if is_open(fd)]  # before the child opens any of its own
     got = phone_worker.hear_apart(speech, 48000)
-    os.write(w, json.dumps([got == want, phone_worker.worker_pid()]).encode())
+    os.write(w, json.dumps([got == want, phone_worker.worker_pid(), inherited]).encode())
     os._exit(0)
 os.close(w)
 release.set()
@@ -163,7 +171,48 @@ def test_a_forked_child_hears_with_a_worker_of_its_own(tmp_path):
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["child"] is not None, "the forked child waited on its parent's lock"
-    same, child_worker = got["child"]
+    same, child_worker, inherited = got["child"]
     assert same, "the forked child heard something else"
+    assert inherited == [], f"the child kept its parent's worker pipes open: fds {inherited}"
     assert child_worker not in (None, got["parent"]), got
     assert got["again"] and got["parent_after"] == got["parent"], got
+
+
+ORPHAN_SCRIPT = """
+import os, sys, time
+import numpy as np
+from pipeline.mouth import phone_worker
+phone_worker.hear_apart(np.zeros(16000, np.float32), 16000)
+pid = os.fork()
+if pid == 0:  # a child that outlives its parent, holding nothing of the worker's
+    time.sleep(600)
+    os._exit(0)
+print(phone_worker.worker_pid(), pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_worker_ends_when_its_parent_dies_while_a_forked_child_lives():
+    """The child closed its copy of the worker's pipes, so the parent's kill -9 still
+    closes the worker's stdin and the worker ends, though the child goes on."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_SCRIPT],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    worker, child = (int(x) for x in parent.stdout.readline().split())
+    try:
+        parent.kill()
+        parent.wait()
+        assert _state(child) not in (None, "Z"), "the child should still be alive"
+        deadline = time.monotonic() + 120  # the worker sees its stdin close and returns
+        while _state(worker) not in (None, "Z") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(worker) in (None, "Z"), f"the phone worker {worker} outlived its parent"
+    finally:
+        for pid in (child, worker):
+            if _state(pid) not in (None, "Z"):
+                os.kill(pid, signal.SIGKILL)
