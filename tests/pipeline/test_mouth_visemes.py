@@ -121,5 +121,10 @@ def test_a_render_hears_the_phones_only_where_its_mouth_reads_them(lookahead, cu
 
     from pipeline.render.renderers.warp import WarpRenderer
 
-    bank = None if cue is None else SimpleNamespace(drive_cue=cue, drive_share=share)
+    bank = (
+        None if cue is None else SimpleNamespace(drive_cue=cue, drive_share=share, has_model=True)
+    )
     assert WarpRenderer(lookahead=lookahead)._hears_phones(bank) is hears
+    if cue is not None:  # a bank of footage without speech has no model: the drive reads them
+        silent = SimpleNamespace(drive_cue=cue, drive_share=share, has_model=False)
+        assert WarpRenderer(lookahead=lookahead)._hears_phones(silent) is (lookahead >= 3)
