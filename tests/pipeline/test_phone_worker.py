@@ -85,6 +85,14 @@ def _state(pid: int) -> str | None:
         return None
 
 
+def _assert_ends(pid: int) -> None:
+    """The worker sees its stdin close and returns (within a generous deadline)."""
+    deadline = time.monotonic() + 120
+    while _state(pid) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _state(pid) in (None, "Z"), f"the phone worker {pid} outlived its parent"
+
+
 def test_the_worker_ends_when_its_parent_is_killed(tmp_path):
     script = (
         "import sys, numpy as np\n"
@@ -105,10 +113,7 @@ def test_the_worker_ends_when_its_parent_is_killed(tmp_path):
     assert _state(pid) not in (None, "Z")
     parent.kill()  # kill -9: nothing of the parent's runs
     parent.wait()
-    deadline = time.monotonic() + 120  # the worker sees its stdin close and returns
-    while _state(pid) not in (None, "Z") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _state(pid) in (None, "Z"), f"the phone worker {pid} outlived its parent"
+    _assert_ends(pid)
 
 
 FORK_SCRIPT = """
@@ -208,10 +213,7 @@ def test_the_worker_ends_when_its_parent_dies_while_a_forked_child_lives():
         parent.kill()
         parent.wait()
         assert _state(child) not in (None, "Z"), "the child should still be alive"
-        deadline = time.monotonic() + 120  # the worker sees its stdin close and returns
-        while _state(worker) not in (None, "Z") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _state(worker) in (None, "Z"), f"the phone worker {worker} outlived its parent"
+        _assert_ends(worker)
     finally:
         for pid in (child, worker):
             if _state(pid) not in (None, "Z"):
