@@ -1,0 +1,298 @@
+"""Conversation sessions over WebRTC, measured at a real receiver, beside `WS /v1/live`.
+
+Usage:
+    .venv/bin/python bench/bench_webrtc.py [--sizes 540x960,1080x1920] [--frames 50]
+        [--seconds 12] [--sessions 3] [--hold 10] [--quick] [--json FILE]
+
+A real `hotplate serve` on loopback (one worker per session it may hold), a hot avatar of
+each size (a `--frames`-frame loop), and real aiortc players (testkit/webrtc_peer.py) that
+decode what they receive. Per size:
+
+- one session: the first picture after the WHEP offer; the mouth's latency, from each
+  speech onset leaving the client (speech sent in real time over the speech socket, 20 ms
+  chunks) to the first decoded picture whose mouth opens (testkit/mouth_reader.py: the
+  picture matched to its stored loop frame, its mouth rectangle compared); the offset
+  between that picture and the onset's first loud audio at the receiver (audio-video
+  sync); the frames the server counted late or dropped; the worker's CPU per second of
+  session;
+- sessions at once: 1, 2, ... `--sessions`, each spoken to in real time for `--hold` s:
+  the pictures each player received per second and the frames the server dropped; the
+  most that all hold 25 fps (24.5 or more) with none dropped;
+- the same speech over `WS /v1/live`: its first fragment after the first audio (what the
+  fMP4 socket gives a player before it can show a mouth), the baseline the session's
+  mouth latency is set beside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from harness import Bench, run_bench
+
+FPS = 25.0
+HOLDS = 24.5  # pictures per second a session must receive to count as holding 25 fps
+OPEN = 12.0  # mean luma difference in the mouth's rectangle: open (rest is ~3)
+LOUD = 2000  # int16 RMS of a 20 ms chunk that is speech
+ONSET_GAP = 0.2  # s of quiet before a loud chunk that makes it an onset
+CHUNK = 0.02  # s of audio per message on the speech socket
+RATE = 24000  # the speech socket's sample rate
+
+
+def add_arguments(ap) -> None:
+    ap.add_argument("--sizes", default="540x960,1080x1920", help="avatar sizes, WxH")
+    ap.add_argument("--frames", type=int, default=50, help="frames in each avatar's loop")
+    ap.add_argument("--seconds", type=float, default=12.0, help="speech for one session")
+    ap.add_argument("--sessions", type=int, default=3, help="most sessions at once")
+    ap.add_argument("--hold", type=float, default=10.0, help="seconds per level of sessions")
+
+
+def speech_pcm(seconds: float, seed: int) -> tuple[np.ndarray, list[int]]:
+    """int16 speech at RATE and the chunk indexes where a syllable starts (an onset)."""
+    from hotplate.demo_data import make_speech_audio
+
+    audio = (make_speech_audio(seconds, RATE, seed) * 32767).astype(np.int16)
+    per = int(RATE * CHUNK)
+    loud = [
+        float(np.sqrt(np.mean(audio[i : i + per].astype(np.float64) ** 2))) > LOUD
+        for i in range(0, audio.size, per)
+    ]
+    quiet = int(ONSET_GAP / CHUNK)
+    onsets = [i for i in range(quiet, len(loud)) if loud[i] and not any(loud[i - quiet : i])]
+    return audio, onsets
+
+
+async def speak_in_real_time(url: str, session: dict, audio: np.ndarray) -> list[float]:
+    """Send `audio` over the session's speech socket at its own pace; returns when each
+    chunk was sent (monotonic)."""
+    import websockets
+
+    per = int(RATE * CHUNK)
+    sent = []
+    async with websockets.connect(url.replace("http", "ws", 1) + session["speech"]) as ws:
+        await ws.send(json.dumps({"sample_rate": RATE, "channels": 1, "format": "s16le"}))
+        start = time.monotonic()
+        for k, at in enumerate(range(0, audio.size, per)):
+            await asyncio.sleep(max(0.0, start + k * CHUNK - time.monotonic()))
+            sent.append(time.monotonic())
+            await ws.send(audio[at : at + per].tobytes())
+        await ws.send(json.dumps({"type": "end_of_turn"}))
+        await asyncio.sleep(1.0)  # the last syllable's pictures and sound arrive
+    return sent
+
+
+def first_after(items: list[tuple[float, float]], since: float, until: float, level: float):
+    """The time of the first (time, value) with since <= time < until and value > level."""
+    return next((t for t, v in items if since <= t < until and v > level), None)
+
+
+async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, seconds: float):
+    import httpx
+
+    from testkit.webrtc_peer import WhepPeer
+
+    audio, onsets = speech_pcm(seconds, seed=3)
+    async with httpx.AsyncClient(base_url=srv.url, timeout=120) as c:
+        r = await c.post("/v1/sessions", json={"persona": "astro", "attire": "studio"})
+        if r.status_code != 201:
+            bench.missing(f"POST /v1/sessions answered {r.status_code}: {r.text[:200]}")
+        session = r.json()
+        peer = WhepPeer()
+        answer = await peer.connect(c, session["whep"])
+        if answer.status_code != 201:
+            bench.missing(f"the WHEP offer was answered {answer.status_code}")
+        await asyncio.wait_for(peer.received.first_video.wait(), 60)
+        first_picture = peer.received.video[0][0] - peer.offered
+        await asyncio.sleep(1.0)  # a second of listening before the speech
+        sent = await speak_in_real_time(srv.url, session, audio)
+        stats = (await c.get(f"/v1/sessions/{session['id']}")).json()
+        await peer.close()
+        await c.delete(f"/v1/sessions/{session['id']}")
+    mouth = [(t, reader.read(luma)[1]) for t, luma in peer.received.video]
+    sound = [
+        (t, float(np.sqrt(np.mean(a.astype(np.float64) ** 2)))) for t, a in peer.received.audio
+    ]
+    latencies, offsets = [], []
+    for k, i in enumerate(onsets):
+        start = sent[i]
+        until = sent[onsets[k + 1]] if k + 1 < len(onsets) else start + 2.0
+        opened = first_after(mouth, start, until, OPEN)
+        heard = first_after(sound, start, until, LOUD / 2)
+        if opened is not None:
+            latencies.append(opened - start)
+            if heard is not None:
+                offsets.append(opened - heard)
+    if not latencies:
+        bench.missing("no speech onset opened a mouth in the received pictures")
+    figures = stats.get("figures", stats)
+    cpu = figures.get("cpu_seconds", 0.0) / max(figures.get("seconds", 1.0), 1e-6)
+    note = (
+        f"{len(latencies)} of {len(onsets)} onsets read; server: "
+        f"{figures.get('frames')} frames, {figures.get('late_frames')} late, "
+        f"{figures.get('dropped_frames')} dropped"
+    )
+    bench.figure(
+        f"{size}: first picture after the WHEP offer",
+        1000 * first_picture,
+        "ms",
+        better="lower",
+        inputs=inputs,
+    )
+    bench.figure(
+        f"{size}: mouth open after a speech onset left the client (median)",
+        1000 * statistics.median(latencies),
+        "ms",
+        baseline="one frame at 25 fps plus the renderer's lookahead (80 ms)",
+        baseline_value=80.0,
+        better="lower",
+        inputs=inputs,
+        note=note + f"; max {1000 * max(latencies):.0f} ms",
+    )
+    if offsets:
+        bench.figure(
+            f"{size}: picture minus sound at the receiver, per onset (median; largest |x|)",
+            1000 * statistics.median(offsets),
+            "ms",
+            better="lower",
+            inputs=inputs,
+            note=f"largest {1000 * max(offsets, key=abs):.0f} ms over {len(offsets)} onsets",
+        )
+    bench.figure(
+        f"{size}: frames dropped by the server, one session",
+        float(figures.get("dropped_frames") or 0),
+        "frames",
+        better="lower",
+        inputs=inputs,
+        note=note,
+    )
+    bench.figure(
+        f"{size}: the worker's CPU per session",
+        cpu,
+        "cores",
+        better="lower",
+        inputs=inputs,
+        note=f"{figures.get('cpu_seconds')} CPU s over {figures.get('seconds')} s",
+    )
+    return statistics.median(latencies)
+
+
+async def at_once(srv, n: int, hold: float) -> tuple[list[float], int]:
+    """n sessions, each spoken to for `hold` s: (pictures per second each received in the
+    last `hold` s, frames the server dropped in all)."""
+    import httpx
+
+    from testkit.webrtc_peer import WhepPeer
+
+    audio, _ = speech_pcm(hold, seed=7)
+    async with httpx.AsyncClient(base_url=srv.url, timeout=120) as c:
+        sessions, peers = [], []
+        for _ in range(n):
+            r = await c.post("/v1/sessions", json={"persona": "astro", "attire": "studio"})
+            r.raise_for_status()
+            sessions.append(r.json())
+            peer = WhepPeer()
+            (await peer.connect(c, sessions[-1]["whep"])).raise_for_status()
+            peers.append(peer)
+        for peer in peers:
+            await asyncio.wait_for(peer.received.first_video.wait(), 60)
+        start = time.monotonic()
+        await asyncio.gather(*(speak_in_real_time(srv.url, s, audio) for s in sessions))
+        end = time.monotonic() - 1.0  # speak_in_real_time waits a second after the speech
+        rates = [sum(start <= t < end for t, _ in p.received.video) / (end - start) for p in peers]
+        dropped = 0
+        for s in sessions:
+            figures = (await c.get(f"/v1/sessions/{s['id']}")).json()
+            dropped += int(figures.get("figures", figures).get("dropped_frames") or 0)
+        for peer, s in zip(peers, sessions, strict=True):
+            await peer.close()
+            await c.delete(f"/v1/sessions/{s['id']}")
+    return rates, dropped
+
+
+def over_live(bench: Bench, srv, size: str, inputs: dict, seconds: float, mouth_ms: float):
+    from testkit.stream_helpers import live_session
+
+    audio, _ = speech_pcm(seconds, seed=3)
+    start = {"persona": "astro", "attire": "studio", "sample_rate": RATE, "channels": 1}
+    res = live_session(srv.url, start, audio.tobytes(), 2 * RATE, chunk_seconds=CHUNK)
+    if not res.arrivals:
+        bench.missing(f"WS /v1/live sent no fragment: {res.final}")
+    bench.figure(
+        f"{size}: WS /v1/live, first fragment after the first audio",
+        1000 * (res.arrivals[0] - res.first_audio_at),
+        "ms",
+        baseline="the session's mouth latency over WebRTC (above)",
+        baseline_value=mouth_ms,
+        better="lower",
+        inputs=inputs,
+        note="a fragment, not yet a shown mouth: a player buffers it before it plays",
+    )
+
+
+def main(bench: Bench) -> None:
+    from cachestore.store import forget_store, open_store
+    from hotplate.demo_data import write_loop_video
+    from pipeline.hot import load_assets
+    from testkit.mouth_reader import MouthReader
+    from testkit.serve_helpers import Server, wait_state
+
+    args = bench.args
+    try:
+        import aiortc  # noqa: F401
+    except ImportError:
+        bench.missing("aiortc is not installed: pip install 'hotplate[webrtc]' (just setup)")
+    for size in args.sizes.split(","):
+        w, h = (int(x) for x in size.split("x"))
+        inputs = {"loop_frames": args.frames, "resolution": size, "audio_seconds": args.seconds}
+        with tempfile.TemporaryDirectory() as d:
+            root = Path(d)
+            (root / "personas" / "astro").mkdir(parents=True)
+            write_loop_video(
+                root / "personas" / "astro" / "studio.mp4", n_frames=args.frames, size=(w, h)
+            )
+            workers = str(max(1, args.sessions))
+            serve_args = ("--workers", workers, "--max-sessions", workers)
+            with Server(root, *serve_args, "--max-sessions-per-client", workers) as srv:
+                with srv.client() as c:
+                    job = c.post("/v1/precompile", data={"persona": "astro", "attire": "studio"})
+                    done = wait_state(c, job.json()["id"], ("done", "failed"))
+                if done["state"] != "done":
+                    bench.missing(f"the avatar did not precompile: {done.get('error')}")
+                store = open_store(root / "cache")
+                try:
+                    reader = MouthReader(load_assets(store, done["avatar"]))
+                finally:
+                    forget_store(root / "cache")
+                print(f"\n{size}, a {args.frames}-frame loop:")
+                mouth = asyncio.run(one_session(bench, srv, reader, size, inputs, args.seconds))
+                held = 0
+                for n in range(1, args.sessions + 1):
+                    rates, dropped = asyncio.run(at_once(srv, n, args.hold))
+                    holds = min(rates) >= HOLDS and dropped == 0
+                    print(
+                        f"  {n} at once: {', '.join(f'{r:.1f}' for r in rates)} pictures/s, "
+                        f"{dropped} dropped: {'holds' if holds else 'does not hold'} 25 fps"
+                    )
+                    held = n if holds and held == n - 1 else held
+                bench.figure(
+                    f"{size}: sessions at once that all hold 25 fps with none dropped",
+                    float(held),
+                    "sessions",
+                    inputs={**inputs, "tried_up_to": args.sessions, "hold_seconds": args.hold},
+                    note="each spoken to in real time; 24.5 pictures/s or more at the receiver",
+                )
+                over_live(bench, srv, size, inputs, args.seconds, 1000 * mouth)
+
+
+if __name__ == "__main__":
+    run_bench(
+        main,
+        __doc__,
+        add_arguments,
+        quick={"sizes": "270x480", "frames": 8, "seconds": 3.0, "sessions": 2, "hold": 2.0},
+    )
