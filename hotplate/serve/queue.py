@@ -385,9 +385,9 @@ class JobQueue:
             message = (job.id, job.kind, request_fields, recipe)
             try:
                 for last in (False, True):
-                    # a worker that dies before it says a word of the job (the send fails,
-                    # or its pipe ends first) had died idle, or as the job reached it:
-                    # nothing of the job ran, so a fresh worker takes it, once
+                    # a worker that dies before it says it took the job (the send fails,
+                    # or its pipe ends before "taken") had died idle, or as the job
+                    # reached it: nothing of the job ran, so a fresh worker takes it, once
                     try:
                         await loop.run_in_executor(self.threads, worker.send, message)
                         if await self._follow(job, worker, last) or last:
@@ -471,7 +471,7 @@ class JobQueue:
 
     async def _follow(self, job: Job, worker: RenderWorker, last: bool = True) -> bool:
         """The worker's messages about `job` until it ends. False (the job left running)
-        when the worker died before its first message and this is not the `last` try."""
+        when the worker died before it said "taken" and this is not the `last` try."""
         loop = asyncio.get_running_loop()
         heard = False
         while True:
@@ -480,7 +480,9 @@ class JobQueue:
                 return True
             if msg is None and not heard and not last:
                 return False
-            heard = True
+            if msg is not None and msg[0] == "taken":
+                heard = True
+                continue
             if msg is None:
                 code = await loop.run_in_executor(self.threads, worker.exitcode)
                 await self.finish(

@@ -6,6 +6,7 @@ in pipeline/nets/modelcache.py for as long as they live. One job at a time, on a
 
     server -> worker   (job_id, kind, fields, recipe)   or None to exit
     worker -> server   ("ready", pid) once, then per job
+                       ("taken", job_id) as it is received (before: nothing of it ran)
                        ("progress", job_id, step, done, total) ...
                        ("jit", job_id) once, when the avatar is cold and is built first
                        ("ok", job_id, result) | ("error", job_id, http_status, one_line)
@@ -254,6 +255,7 @@ def worker_main(conn: Any, parent: int, settings: dict[str, Any]) -> None:
     conn.send(("ready", os.getpid()))
     for msg in messages(conn):
         job_id, kind, fields, recipe = msg
+        conn.send(("taken", job_id))  # a death before this: the job may go to a fresh worker
         try:
             result = run_job(store, settings, kind, fields, recipe, Throttle(conn, job_id))
         except Exception as exc:
