@@ -10,7 +10,7 @@ import pytest
 from pipeline.mouth.bank import MouthBank
 from pipeline.render.audio import frame_spectra, load_audio
 from pipeline.render.mouth.drive import coarticulate, mouth_drive
-from pipeline.render.mouth.from_bank import select
+from pipeline.render.mouth.from_bank import FADE, fades, select
 from testkit.mouth_fixtures import espeak
 from tests.pipeline.test_warp_mouth import EE, OO, vowel
 
@@ -103,3 +103,23 @@ def test_the_search_plays_runs_of_footage_and_follows_the_target():
     assert np.abs(bank.shapes[held, 0] - shapes[40, 0]).max() < 0.05
     steps = np.diff(held)
     assert ((steps != 1) & (steps != 0)).sum() <= 6  # a few cuts, not one a frame
+
+
+def test_at_a_jump_the_run_left_plays_on_only_while_it_does_not_open():
+    """The entry a path leaves fades out under the new one: it plays on through its
+    clip's next frames while they close, and is held where the next one would open."""
+    opening = np.array([0.3, 0.2, 0.4, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], np.float32)
+    n = opening.size
+    shapes = np.column_stack([opening, np.ones(n), np.ones(n)]).astype(np.float32)
+    bank = MouthBank(
+        "k", shapes, np.zeros((n, 20, 2), np.float32), np.arange(n, dtype=np.int32),
+        None, None, None, None, [], FPS, 0.0,
+    )  # fmt: skip
+    path = np.array([0, 5, 6, 7, 8, 9])  # jumps from entry 0 to 5, then plays on
+    other, weight = fades(bank, path)
+    # entry 0 plays on to 1 (closing), then is held at 1 where 2 would open
+    assert list(other) == [-1] + [1] * FADE + [-1] * (path.size - 1 - FADE)
+    assert list(weight[1 : 1 + FADE]) == pytest.approx(
+        [(FADE - k) / (FADE + 1) for k in range(FADE)]
+    )
+    assert not weight[1 + FADE :].any()

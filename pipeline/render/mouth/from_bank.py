@@ -19,9 +19,9 @@ For a render with a bank (`pipeline/mouth/bank.py`):
    per piece as it is heard: `visemes.PhoneTrack`), by dynamic programming (Viterbi) over the shape
    distance to that target plus a cost for every jump between two entries that were
    not consecutive frames of the clip, so runs of real footage play as they were shot;
-   at a jump the entry it leaves is held under the new one for FADE frames, fading out
-   (`fades`), so no mouth pops from one frame to the next (held, not played on: the
-   clip's next frames may open, and in a pause a mouth must not);
+   at a jump the run it leaves plays on under the new one for FADE frames, fading out
+   (`fades`), so no mouth pops from one frame to the next; it plays on only while it
+   does not open (held where its clip's next frame opens: in a pause a mouth must not);
 3. each entry's crop, aligned to the canonical frame, warped onto the output frame by
    that frame's canonical similarity (its eyes and nose: the stored landmarks give each
    frame's head), its colour matched to the frame around the mouth (mean and contrast
@@ -145,11 +145,13 @@ def asked_shapes(bank: MouthBank, opening: np.ndarray, spread: np.ndarray) -> np
 
 def fades(bank: MouthBank, entries: np.ndarray, before: int | None = None) -> tuple:
     """(other, weight), each (T,): at a jump between entries that are not consecutive
-    frames of the clip, the entry the path leaves is held under the new one for FADE
+    frames of the clip, the run the path leaves plays on under the new entry for FADE
     frames, its weight falling FADE/(FADE+1), ..., 1/(FADE+1); other -1 (weight 0)
-    elsewhere. Held rather than played on: the clip's frames after it may open the
-    mouth, which in a pause showed (the referee's gap 0.076 in a silence, bound 0.05). `before`: the
-    entry shown just before entries[0], if any."""
+    elsewhere. It plays on (its clip's next frames, the last held where the bank ends)
+    only while they do not open wider: played on regardless, a run's opening showed in a
+    pause (the referee's gap 0.076 in a silence, bound 0.05); always held, the clip's
+    own audio reproduced its mouth at r 0.796, played on 0.833, this way 0.847. `before`:
+    the entry shown just before entries[0], if any."""
     n = entries.size
     other = np.full(n, -1, np.int64)
     weight = np.zeros(n, np.float32)
@@ -162,8 +164,12 @@ def fades(bank: MouthBank, entries: np.ndarray, before: int | None = None) -> tu
         cur = int(entries[t])
         if prev is None or cur == prev or cur == nxt[prev]:
             continue
+        run = prev
         for k in range(min(FADE, n - t)):
-            other[t + k], weight[t + k] = prev, (FADE - k) / (FADE + 1)
+            on = int(nxt[run])
+            if bank.shapes[on, 0] <= bank.shapes[run, 0]:  # plays on while it does not open
+                run = on
+            other[t + k], weight[t + k] = run, (FADE - k) / (FADE + 1)
     return other, weight
 
 
