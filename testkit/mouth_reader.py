@@ -11,6 +11,8 @@ import numpy as np
 
 SCALE = 4  # the match runs on pictures this many times smaller
 MARGIN = 4  # px around the lips' landmarks: the mouth's rectangle
+AT_REST = 6.0  # mean luma difference in the mouth's rectangle: an idle picture's is ~3
+OPEN = 12.0  # ... and a mouth opened by speech is 20 and more
 
 
 class MouthReader:

@@ -21,14 +21,12 @@ from cachestore.leases import live_leases
 from cachestore.store import forget_store, open_store
 from hotplate.demo_data import make_speech_audio
 from pipeline.hot import load_assets
-from testkit.mouth_reader import MouthReader
+from testkit.mouth_reader import AT_REST, OPEN, MouthReader
 from testkit.serve_helpers import Server, assert_problem, make_world, wait_state
 from testkit.webrtc_peer import WhepPeer, audio_since, rms
 
 pytestmark = pytest.mark.slow
 ICE_TIMEOUT = 3.0  # s: HOTPLATE_SESSION_ICE_TIMEOUT for these servers
-AT_REST = 6.0  # mean luma difference in the mouth's rectangle: an idle picture's is ~3
-OPEN = 12.0  # ... and a mouth opened by speech is 20 and more
 ASTRO = {"persona": "astro", "attire": "studio"}
 ENV = {"HOTPLATE_SESSION_ICE_TIMEOUT": str(ICE_TIMEOUT), "HOTPLATE_SESSION_OFFER_TIMEOUT": "30"}
 
