@@ -7,9 +7,9 @@ py := ".venv/bin/python"
 default:
     @just --list
 
-# the extras `just test` installs (the suite runs musetalk, a Ray cluster and WebRTC peers,
+# the extras `just test` installs (the suite runs musetalk, a Ray cluster, WebRTC peers, Pipecat,
 # and the demo's tests): one list, add an extra here
-test_extras := "demo,dev,musetalk,ray,webrtc"
+test_extras := "demo,dev,musetalk,pipecat,ray,webrtc"
 
 # create .venv with the core and the demo's photo only (no torch, no test tools): what `just demo` runs
 setup-demo:

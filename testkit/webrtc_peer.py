@@ -56,7 +56,11 @@ def microphone(samples: np.ndarray):
 class WhepPeer:
     """connect() -> the WHEP answer's response; `received` fills as media arrives."""
 
-    def __init__(self, mic: np.ndarray | None = None, channel: bool = False) -> None:
+    def __init__(
+        self, mic: np.ndarray | None = None, channel: bool = False, audio_first: bool = False
+    ) -> None:
+        """`audio_first`: the audio m-line before the video's, as a browser's Pipecat
+        client offers (Pipecat's SmallWebRTC transport takes the first for audio)."""
         from aiortc import RTCConfiguration, RTCPeerConnection
 
         from hotplate.serve.rtc import configure_ice
@@ -67,11 +71,14 @@ class WhepPeer:
         self.received = Received()
         self.tasks: list[asyncio.Task] = []
         self.channel = self.pc.createDataChannel("control") if channel else None
-        self.pc.addTransceiver("video", direction="recvonly")
+        if not audio_first:
+            self.pc.addTransceiver("video", direction="recvonly")
         if mic is not None:
             self.pc.addTrack(microphone(mic))
         else:
             self.pc.addTransceiver("audio", direction="recvonly")
+        if audio_first:
+            self.pc.addTransceiver("video", direction="recvonly")
         self.pc.on("track", self._on_track)
 
     def _on_track(self, track) -> None:

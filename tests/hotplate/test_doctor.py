@@ -93,7 +93,7 @@ def test_each_extra_has_a_row_with_the_command_that_adds_it(tmp_path):
     for extra in EXTRAS:
         row = next(x for x in lines if x[6:].startswith(f"extra {extra.name}:"))
         assert row.startswith(f"ok    extra {extra.name}: installed: {extra.gives}"), row
-    assert {e.name for e in EXTRAS} == {"musetalk", "ray", "webrtc", "dev", "demo"}
+    assert {e.name for e in EXTRAS} == {"musetalk", "ray", "webrtc", "pipecat", "dev", "demo"}
     assert [e.install for e in EXTRAS][:3] == [
         "pip install 'hotplate[musetalk]'",
         "pip install 'hotplate[ray]'",

@@ -1,0 +1,1 @@
+"""hotplate inside other programs' pipelines (each an extra: `hotplate[pipecat]`)."""
