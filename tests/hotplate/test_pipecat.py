@@ -44,6 +44,9 @@ TURNS = (
     "Let me tell you a much longer story, about a fox who jumped over a very lazy dog, "
     "again and again, all through the long summer afternoon.",
 )
+# over WebRTC the pictures are VP8's: a mouth at rest reads up to ~5 (its first
+# pictures, as the encoder ramps up, up to ~6); the browser test's bound
+WEBRTC_REST = 7.0
 WAIT = 300.0  # s: a bound on every wait, never a timing under test
 
 
@@ -291,9 +294,9 @@ def test_the_avatar_plays_through_pipecats_own_webrtc_transport(world, reader):
     before = [m for at, m in mouths if at < asked]
     during = [m for at, m in mouths if heard <= at <= quiet]
     after = [m for at, m in mouths if at > quiet + 0.2]
-    assert before and max(before) < AT_REST, before
+    assert before and max(before) < WEBRTC_REST, before
     assert np.mean(np.array(during) > OPEN) > 0.3, np.round(during, 1)
-    assert after and max(after) < AT_REST, after
+    assert after and max(after) < WEBRTC_REST, after
     print(
         f"{len(video)} pictures {avatar.size} over WebRTC; speech heard for "
         f"{quiet - heard:.2f} s, the mouth open in {np.mean(np.array(during) > OPEN):.0%} "
@@ -390,7 +393,7 @@ def test_the_example_agent_serves_a_conversation_over_pipecats_webrtc(world, rea
         proc.terminate()
         proc.wait(timeout=60)
     assert "RTCPeerConnection" in seen["page"] and 'createDataChannel("chat")' in seen["page"]
-    assert max(seen["idle"]) < AT_REST, seen["idle"]
+    assert max(seen["idle"]) < WEBRTC_REST, seen["idle"]
     # the interrupt reaches the avatar through the data channel and Pipecat's pipeline:
     # a second after it, the mouth rests
-    assert max(seen["after"][25:]) < AT_REST, np.round(seen["after"], 1)
+    assert max(seen["after"][25:]) < WEBRTC_REST, np.round(seen["after"], 1)

@@ -26,7 +26,7 @@ Settings (store, personas folder, renderer, models) are read as the CLI reads th
 (`hotplate.toml`, HOTPLATE_* variables); the arguments override them.
 
 Supported: Pipecat 1.8 to 1.x (the `FrameProcessorSetup` sample rates arrived in
-1.8.0); tested with 1.14.0 (tests/hotplate/test_pipecat.py).
+1.8.0); tests/hotplate/test_pipecat.py passes on 1.8.0 and 1.14.0.
 """
 
 from __future__ import annotations
