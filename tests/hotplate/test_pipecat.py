@@ -115,6 +115,14 @@ def reader(world):
         forget_store(world / "cache")
 
 
+async def poll(what, why: str, alive) -> None:
+    """Until `what()`; fails if `alive()` stops being true first, or after WAIT s."""
+    deadline = time.monotonic() + WAIT
+    while not what():
+        assert time.monotonic() < deadline and alive(), f"never {why}"
+        await asyncio.sleep(0.02)
+
+
 def espeak_seconds(text: str, tmp_path) -> float:
     from pipeline.render.audio import load_audio
     from testkit.mouth_fixtures import espeak
@@ -259,11 +267,8 @@ async def over_smallwebrtc(world) -> tuple[list, list, float, HotplateVideoServi
     run = asyncio.create_task(runner.run())
     got = peer.received
 
-    async def until(what, why: str) -> None:
-        deadline = time.monotonic() + WAIT
-        while not what():
-            assert time.monotonic() < deadline and not run.done(), f"never {why}"
-            await asyncio.sleep(0.02)
+    def until(what, why: str):
+        return poll(what, why, lambda: not run.done())
 
     try:
         await until(lambda: len(got.video) >= 25, "a second of pictures")
@@ -357,11 +362,8 @@ def test_the_example_agent_serves_a_conversation_over_pipecats_webrtc(world, rea
         peer = WhepPeer(audio_first=True, channel=True)
         got, seen = peer.received, {}
 
-        async def until(what, why: str) -> None:
-            deadline = time.monotonic() + WAIT
-            while not what():
-                assert time.monotonic() < deadline and proc.poll() is None, f"never {why}"
-                await asyncio.sleep(0.02)
+        def until(what, why: str):
+            return poll(what, why, lambda: proc.poll() is None)
 
         def mouth_since(t: float) -> list[float]:
             return [reader.read(luma)[1] for at, luma in got.video if at > t]
