@@ -14,7 +14,8 @@ decode what they receive. Per size:
   picture matched to its stored loop frame, its mouth rectangle compared); the offset
   between that picture and the onset's first loud audio at the receiver (audio-video
   sync); the frames the server counted late or dropped; the worker's CPU per second of
-  session;
+  session; then a whole reply queued at once and interrupted 2 s in: from the interrupt's
+  POST to the picture from which the mouth stays at rest, and to the sound's silence;
 - sessions at once: 1, 2, ... `--sessions`, each spoken to in real time for `--hold` s:
   the pictures each player received per second and the frames the server dropped; the
   most that all hold 25 fps (24.5 or more) with none dropped;
@@ -38,6 +39,9 @@ from harness import Bench, run_bench
 FPS = 25.0
 HOLDS = 24.5  # pictures per second a session must receive to count as holding 25 fps
 OPEN = 12.0  # mean luma difference in the mouth's rectangle: open (rest is ~3)
+REST = 7.0  # ... and at rest over VP8 (the browser test's bound)
+REPLY = 6.0  # s of a reply queued at once, then interrupted
+INTERRUPT_AFTER = 2.0  # s after it was sent
 LOUD = 2000  # int16 RMS of a 20 ms chunk that is speech
 ONSET_GAP = 0.2  # s of quiet before a loud chunk that makes it an onset
 CHUNK = 0.02  # s of audio per message on the speech socket
@@ -86,6 +90,33 @@ async def speak_in_real_time(url: str, session: dict, audio: np.ndarray) -> list
     return sent
 
 
+async def interrupt_a_reply(c, url: str, session: dict) -> float:
+    """A whole reply (REPLY s) queued at once, as a TTS service sends it, interrupted
+    INTERRUPT_AFTER s after it was sent; returns when the interrupt was POSTed."""
+    import websockets
+
+    audio, _ = speech_pcm(REPLY, seed=5)
+    async with websockets.connect(url.replace("http", "ws", 1) + session["speech"]) as ws:
+        await ws.send(json.dumps({"sample_rate": RATE, "channels": 1, "format": "s16le"}))
+        await ws.send(audio.tobytes())
+        await ws.send(json.dumps({"type": "end_of_turn"}))
+        await asyncio.sleep(INTERRUPT_AFTER)
+        cut = time.monotonic()
+        (await c.post(session["interrupt"])).raise_for_status()
+        await asyncio.sleep(2.0)  # what follows the interrupt arrives
+    return cut
+
+
+def settled(items: list[tuple[float, float]], since: float, level: float):
+    """The time of the first (time, value) after `since` from which every value is at or
+    below `level`, or None."""
+    after = [(t, v) for t, v in items if t >= since]
+    for k, (t, _) in enumerate(after):
+        if all(v <= level for _, v in after[k:]):
+            return t
+    return None
+
+
 def first_after(items: list[tuple[float, float]], since: float, until: float, level: float):
     """The time of the first (time, value) with since <= time < until and value > level."""
     return next((t for t, v in items if since <= t < until and v > level), None)
@@ -111,6 +142,7 @@ async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, second
         await asyncio.sleep(1.0)  # a second of listening before the speech
         sent = await speak_in_real_time(srv.url, session, audio)
         stats = (await c.get(f"/v1/sessions/{session['id']}")).json()
+        cut = await interrupt_a_reply(c, srv.url, session)
         await peer.close()
         await c.delete(f"/v1/sessions/{session['id']}")
     mouth = [(t, reader.read(luma)[1]) for t, luma in peer.received.video]
@@ -129,6 +161,11 @@ async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, second
                 offsets.append(opened - heard)
     if not latencies:
         bench.missing("no speech onset opened a mouth in the received pictures")
+    if first_after(mouth, cut - 1.0, cut, OPEN) is None:
+        bench.missing("the mouth was not open in the second before the interrupt")
+    rest_after, quiet_after = settled(mouth, cut, REST), settled(sound, cut, LOUD / 4)
+    if rest_after is None or quiet_after is None:
+        bench.missing("after the interrupt the mouth or the sound did not come to rest")
     figures = stats.get("figures", stats)
     cpu = figures.get("cpu_seconds", 0.0) / max(figures.get("seconds", 1.0), 1e-6)
     note = (
@@ -162,6 +199,14 @@ async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, second
             inputs=inputs,
             note=f"largest {1000 * max(offsets, key=abs):.0f} ms over {len(offsets)} onsets",
         )
+    bench.figure(
+        f"{size}: interrupt: the mouth at rest at the receiver after the POST (a reply queued)",
+        1000 * (rest_after - cut),
+        "ms",
+        better="lower",
+        inputs=inputs,
+        note=f"its sound silent after {1000 * (quiet_after - cut):.0f} ms; both stay so",
+    )
     bench.figure(
         f"{size}: frames dropped by the server, one session",
         float(figures.get("dropped_frames") or 0),
