@@ -9,6 +9,13 @@ to `max_wait`: it queues up to `background_size` avatars, and only a full backgr
 queue refuses one. A drain starts nothing more: what is queued then is answered 503. Before it says it
 is ready, every worker renders a warm-up clip of each avatar size the store holds hot,
 which seeds the estimate (workers.warm_up_renders).
+
+A render that builds its avatar just in time takes the precompiles queued for the same
+avatar (the same persona, attire, motion, renderer and recipe) out of the queue: they
+ride on it (`running`, step "built by render job ...") and end with it, done with its
+avatar; should the render fail or be cancelled, they go back to the head of the queue.
+Without it the flight lock already made the build one, but each queued precompile still
+held a worker later to find the avatar hot.
 """
 
 from __future__ import annotations
@@ -84,6 +91,7 @@ class JobQueue:
         self.changed = asyncio.Condition()
         self.workers: list[RenderWorker] = []
         self.running: dict[str, RenderWorker] = {}
+        self.riders: dict[str, list[Entry]] = {}  # a JIT render's id: precompiles it builds
         self.ready = False
         self.draining_until: float | None = None  # set by drain(): admit nothing more
         self.in_flight = 0  # admitted requests whose answer has not ended (admission.py)
@@ -390,7 +398,7 @@ class JobQueue:
                     # reached it: nothing of the job ran, so a fresh worker takes it, once
                     try:
                         await loop.run_in_executor(self.threads, worker.send, message)
-                        if await self._follow(job, worker, last) or last:
+                        if await self._follow(job, worker, last, recipe) or last:
                             break
                     except (OSError, EOFError, ValueError):
                         if last:
@@ -469,9 +477,12 @@ class JobQueue:
                 print(f"hotplate serve: render worker failed to start: {exc}", flush=True)
                 await asyncio.sleep(1.0)  # not a test wait: back off before the next spawn
 
-    async def _follow(self, job: Job, worker: RenderWorker, last: bool = True) -> bool:
+    async def _follow(
+        self, job: Job, worker: RenderWorker, last: bool = True, recipe: Any = None
+    ) -> bool:
         """The worker's messages about `job` until it ends. False (the job left running)
-        when the worker died before it said "taken" and this is not the `last` try."""
+        when the worker died before it said "taken" and this is not the `last` try.
+        `recipe`: the job's, to find the precompiles its JIT build makes (module doc)."""
         loop = asyncio.get_running_loop()
         heard = False
         while True:
@@ -491,6 +502,7 @@ class JobQueue:
                 return True
             if msg[0] == "jit":
                 job.jit = True
+                self._take_riders(job, recipe)
                 await self._notify()
             elif msg[0] == "progress":
                 job.step, job.done, job.total = msg[2], msg[3], msg[4]
@@ -504,6 +516,41 @@ class JobQueue:
                 await self.finish(job, "failed", error=msg[3], status=msg[2])
                 return True
 
+    def _take_riders(self, job: Job, recipe: Any) -> None:
+        """The queued precompiles of the avatar `job` is building now (module doc)."""
+        if job.kind == "precompile":
+            return
+        same = (job.persona, job.attire, job.motion, job.backend, recipe)
+        riders = [
+            e
+            for e in self.waiting
+            if e[0].kind == "precompile"
+            and e[0].state == "queued"
+            and (e[0].persona, e[0].attire, e[0].motion, e[0].backend, e[2]) == same
+        ]
+        for entry in riders:
+            self.waiting.remove(entry)
+            rider = entry[0]
+            rider.state, rider.started = "running", self.clock()
+            rider.step = f"built by render job {job.id}"
+            self.records.save(rider)
+        if riders:
+            self.riders[job.id] = riders
+
+    async def _end_riders(self, job: Job) -> None:
+        """`job` ended: its riders are done with its avatar, or queued again at the head."""
+        riders = [e for e in self.riders.pop(job.id, []) if e[0].state == "running"]
+        if job.state == "done":
+            result = {"avatar": job.avatar, "jit": True, "jit_seconds": job.jit_seconds}
+            for rider, _, _ in riders:
+                await self.finish(rider, "done", result=result, measure=False)
+            return
+        for rider, _, _ in riders:
+            rider.state, rider.started, rider.step = "queued", None, ""
+            self.records.save(rider)
+        self.waiting[:0] = riders
+        self.work.set()
+
     async def finish(
         self,
         job: Job,
@@ -511,9 +558,11 @@ class JobQueue:
         result: dict | None = None,
         error: str | None = None,
         status: int | None = None,
+        measure: bool = True,
     ) -> None:
-        """A job's end (its worker's answer, its death, a cancel): recorded, measured,
-        its files kept or removed; its worker counts as free from here."""
+        """A job's end (its worker's answer, its death, a cancel): recorded, measured
+        (not with `measure` False: a rider's time is its render's), its files kept or
+        removed; its worker counts as free from here."""
         job.state, job.finished, job.error, job.status = state, self.clock(), error, status
         self.running.pop(job.id, None)
         result = dict(result or {})
@@ -527,11 +576,12 @@ class JobQueue:
         if state != "done":
             remove(job.video)
             job.video = None
-        else:
+        elif measure:
             self._measure(job, size)
         self.metrics.renders.labels(state).inc()
         self.live.pop(job.id, None)
         self.records.save(job)
+        await self._end_riders(job)
         if state == "done" and self.retention.max_bytes is not None:
             await asyncio.to_thread(self._retain, None)
         await self._notify()

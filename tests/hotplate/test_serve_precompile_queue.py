@@ -119,3 +119,43 @@ def test_a_drain_starts_nothing_queued_and_answers_a_blocked_lip_sync_503(world)
         assert client.get(f"/v1/renders/{long.json()['id']}").json()["state"] == "done"
         record = client.get(f"/v1/renders/{queued}").json()
         assert record["state"] == "interrupted" and record["started"] is None, record
+
+
+def gala_behind_a_render(client, world) -> tuple[str, str]:
+    """(a precompile of gala, a render of gala) queued behind a running render of navy:
+    the render goes first (an editor's) and builds gala just in time."""
+    busy = post_render(client, "/v1/renders", world / "long.wav", attire="navy")
+    assert busy.status_code == 202, busy.text
+    wait_state(client, busy.json()["id"], ("running",))
+    queued = precompile(client, "gala").json()["id"]
+    render = post_render(client, "/v1/renders", world / "one.wav", attire="gala")
+    assert render.status_code == 202 and render.json()["place"] == 1, render.text
+    return queued, render.json()["id"]
+
+
+def test_a_render_that_builds_a_queued_avatar_takes_its_precompile_out_of_the_queue(world):
+    """Its just-in-time build makes the queued precompile done, with the render's avatar,
+    and no worker runs the precompile itself."""
+    with Server(world, *ARGS, "--max-wait", "off") as server, server.client() as client:
+        queued, render = gala_behind_a_render(client, world)
+        done = wait_state(client, render, ("done", "failed"))
+        assert done["state"] == "done" and done["jit"] is True, done
+        record = wait_state(client, queued, ("done", "failed"))
+        assert record["state"] == "done" and record["avatar"] == done["avatar"], record
+        assert record["step"] == f"built by render job {render}", record
+        assert client.get("/v1/precompile").json()["precompiles"] == []
+
+
+def test_a_precompile_whose_render_is_cancelled_mid_build_queues_again_and_builds(world):
+    """The render that took it is cancelled while it builds: the precompile goes back to
+    the queue, a worker runs it, and the avatar is hot."""
+    with Server(world, *ARGS, "--max-wait", "off") as server, server.client() as client:
+        queued, render = gala_behind_a_render(client, world)
+        riding = wait_state(client, queued, ("running",))
+        assert riding["step"] == f"built by render job {render}", riding
+        assert client.delete(f"/v1/renders/{render}").status_code in (200, 204)
+        record = wait_state(client, queued, ("done", "failed"))
+        assert record["state"] == "done" and record["jit"] is True, record
+        assert not record["step"].startswith("built by"), record
+        rows = client.get("/v1/personas").json()["personas"]
+        assert {r["attire"]: r["state"] for r in rows if r["kind"] != "still"}["gala"] == "hot"
