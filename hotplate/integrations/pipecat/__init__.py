@@ -147,7 +147,8 @@ class HotplateVideoService(FrameProcessor):
             self._conv.end_of_turn()
             self._held_stop = frame  # pushed when the turn has played out (_play)
         elif isinstance(frame, InterruptionFrame):
-            self._conv.interrupt()
+            if self._conv is not None:
+                self._conv.interrupt()
             self._held_stop = None
             await self.push_frame(frame, direction)
         elif isinstance(frame, EndFrame):
@@ -201,6 +202,7 @@ class HotplateVideoService(FrameProcessor):
             await self.cancel_task(self._player)
             self._player = None
         if self._conv is not None:
+            # the pipeline is ending: a failure to close must not hide why it ended
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self._conv.close)
             self._conv = None
