@@ -105,16 +105,20 @@ class WatcherError(RuntimeError):
 class Daemon:
     """The watcher. Not reusable: one `run()` per instance."""
 
-    def __init__(self, config: Config, log: Any = quiet) -> None:
+    def __init__(self, config: Config, log: Any = quiet, pool: Any = None, what: str = "") -> None:
+        """`pool`: what runs the jobs (default: a WorkerPool of config.workers processes;
+        `hotplate serve --watch` passes its queue's, hotplate/serve/watching.py); `what`:
+        the name the lock and the log give the daemon."""
         self.c = config
         self.log = log
         self.root = Path(config.personas).resolve()
         self.cache = Path(config.cache)
         self.queue = ChangeQueue()
         self.jobs = JobQueue()
-        self.pool = WorkerPool(
+        self.pool = pool or WorkerPool(
             config.workers, self.cache, config.job, config.map_size, config.flight_wait
         )
+        self.what = what or ("hotplate sync" if config.once else "hotplate watch")
         self.lock = health.Lock(self.cache)
         self.summary = Summary()
         self.keys = Keys(self.root, config.recipe)
@@ -145,7 +149,7 @@ class Daemon:
     def run(self) -> Summary:
         c = self.c
         # 1. check inputs, take the lock
-        what = "hotplate sync" if c.once else "hotplate watch"
+        what = self.what
         try:
             c.check()
             self.lock.acquire(

@@ -35,12 +35,20 @@ DEFAULT_JOB = "watcher.worker:precompile_job"
 JobFn = Callable[..., dict]
 
 
-def precompile_job(path: Path, recipe: Any, store: Any, flight_wait: float = DEFAULT_WAIT) -> dict:
+def precompile_job(
+    path: Path,
+    recipe: Any,
+    store: Any,
+    flight_wait: float = DEFAULT_WAIT,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict:
     """The real job: pipeline.precompile.run.precompile_source on one source file (its
     avatar, and a video's mouth bank; a speech clip's bank alone)."""
     from pipeline.precompile.run import precompile_source
 
-    report, bank = precompile_source(path, recipe, store, flight_wait=flight_wait)
+    report, bank = precompile_source(
+        path, recipe, store, flight_wait=flight_wait, progress=progress
+    )
     return {
         "digest": report.digest,
         "avatar": report.avatar,
@@ -97,20 +105,28 @@ def worker_main(
 
 
 def run_one(job: JobFn, job_id: int, path: Path, recipe: Any, store: Any, stat: dict) -> tuple:
-    """One job, its outcome as a message. The file must be the same before and after."""
+    """One job, its outcome as a message (run_checked's rule)."""
+    try:
+        return ("ok", job_id, run_checked(job, path, recipe, store, stat))
+    except FileChangedError as exc:
+        return ("changed", job_id, str(exc))
+    except Exception as exc:
+        return ("error", job_id, one_line(exc))
+
+
+def run_checked(job: JobFn, path: Path, recipe: Any, store: Any, stat: dict) -> dict:
+    """One job's result, with its "seconds". The file must be the same before and after:
+    FileChangedError when it changed or vanished meanwhile (the watcher settles it again);
+    the job's own exception otherwise. `hotplate serve --watch`'s workers run this too."""
     start = time.perf_counter()
     try:
         result = dict(job(path, recipe, store) or {})
         now = FileStat.of(os.stat(path))
-    except FileChangedError as exc:
-        return ("changed", job_id, str(exc))
     except FileNotFoundError as exc:
         if not path.exists():
-            return ("changed", job_id, f"{path} vanished during the job")
-        return ("error", job_id, one_line(exc))
-    except Exception as exc:
-        return ("error", job_id, one_line(exc))
+            raise FileChangedError(f"{path} vanished during the job") from exc
+        raise
     if now != FileStat(**stat):
-        return ("changed", job_id, f"{path} changed during the job")
+        raise FileChangedError(f"{path} changed during the job")
     result["seconds"] = time.perf_counter() - start
-    return ("ok", job_id, result)
+    return result
