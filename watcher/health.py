@@ -30,6 +30,7 @@ from cachestore.atomic import atomic_write_text, held
 LOCK_FILE = "watcher.lock"
 HEARTBEAT_FILE = "daemon.json"
 SYNC_FILE = "sync.json"
+SERVER_WATCH = "hotplate serve --watch"  # a holder whose queue builds what sync would
 HEARTBEAT_EVERY = 2.0  # seconds
 UNRESPONSIVE_AFTER = 15.0  # a heartbeat older than this, with the lock held, is a hung daemon
 
@@ -83,6 +84,13 @@ def holder_text(holder: dict[str, Any]) -> str:
     since = holder.get("started")
     when = f", since {_clock(since)}" if since else ""
     return f"{what} (pid {pid}{', watching ' + folder if folder else ''}{when})"
+
+
+def holder(cache: Path) -> dict[str, Any] | None:
+    """What the process holding the watcher lock wrote in it, or None when none holds it."""
+    if not lock_held(cache):
+        return None
+    return read_json(Path(cache) / LOCK_FILE) or {}
 
 
 def lock_held(cache: Path) -> bool:

@@ -148,3 +148,31 @@ def _unchanged(
     if row.get("state") == FAILED and not retry:
         return FAILED
     return None
+
+
+def wait_until_settled(
+    root: Path,
+    store: Store,
+    avatar_of: AvatarOf,
+    alive: Callable[[], bool],
+    tell: Callable[[int], None],
+    every: float = 1.0,
+) -> tuple[Scan, Scan]:
+    """(the first scan, the last): scan the folder every `every` seconds until nothing in
+    it is outstanding, while another process builds it (`hotplate serve --watch`'s
+    watcher, which `alive` says still holds the lock; `tell` hears how many are left).
+    Raises RuntimeError naming what is left when that process stops first."""
+    first = last = scan(root, store, avatar_of)
+    while last.outstanding:
+        if not alive():
+            left = ", ".join(o.rel for o in last.outstanding[:5])
+            more = len(last.outstanding) - 5
+            raise RuntimeError(
+                f"the server watching {root} stopped with {len(last.outstanding)} file(s) "
+                f"outstanding ({left}{f' and {more} more' if more > 0 else ''}); run "
+                "`hotplate sync` again"
+            )
+        tell(len(last.outstanding))
+        time.sleep(every)  # the server's watcher works meanwhile; this only looks
+        last = scan(root, store, avatar_of)
+    return first, last

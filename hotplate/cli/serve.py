@@ -142,6 +142,13 @@ def read_tokens(path: Path) -> tuple[str, ...]:
     "first.",
 )
 @click.option(
+    "--watch",
+    is_flag=True,
+    help="Watch the personas folder as `hotplate watch` does, its precompiles queued "
+    "with the API's (owner 'watcher' in GET /v1/precompile) on this server's workers: "
+    "one queue, renders first. Instead of a separate `hotplate watch` on the same store.",
+)
+@click.option(
     "--max-wait",
     type=Duration(allow_off=True),
     envvar="HOTPLATE_MAX_WAIT",
@@ -295,6 +302,7 @@ def serve(
     workers: int | str,
     queue_size: int,
     max_queued_precompiles: int,
+    watch: bool,
     max_wait: str,
     max_per_client: int | None,
     max_sessions: int | None,
@@ -339,6 +347,18 @@ def serve(
             err=True,
         )
     settings = ctx.find_object(Settings)
+    if watch and ray_address is not None:
+        raise click.UsageError(
+            "--watch is for one server; on Ray, keep the fleet hot with `hotplate sync --ray`"
+        )
+    if watch:  # one line now, not a watcher thread that stops after the port opens
+        from watcher.daemon import Config
+        from watcher.health import Lock
+
+        Config(settings.personas, settings.cache, settings.recipe).check()  # the folder
+        probe = Lock(settings.cache)
+        probe.acquire({"what": "hotplate serve --watch (starting)"}, what="hotplate serve --watch")
+        probe.release()
     from pipeline.nets.backends import require_backend, require_extra
 
     require_backend("renderer", settings.renderer)  # a missing extra: one line, not a worker's
@@ -372,6 +392,7 @@ def serve(
         workers=workers,
         queue_size=queue_size,
         max_queued_precompiles=max_queued_precompiles,
+        watch=watch,
         max_wait=max_wait,
         max_per_client=max_per_client,
         max_sessions=max_sessions,

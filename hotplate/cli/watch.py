@@ -214,10 +214,14 @@ def sync(
     what became hot, and exits 1 if anything failed.
     """
     from watcher.daemon import Daemon
+    from watcher.health import SERVER_WATCH, holder
 
     settings = _settings(ctx, personas)
     if ray_address is not None:
         return _sync_on_ray(settings, ray_address)
+    server = holder(settings.cache)
+    if server is not None and server.get("what") == SERVER_WATCH:
+        return _sync_through_server(settings, server)
     config = _config(
         settings,
         workers=workers,
@@ -233,36 +237,76 @@ def sync(
         summary = Daemon(config, log=progress).run()
     finally:
         progress.close()
+    _report(settings, summary.results, summary.failed_before, summary.unchanged)
+    if summary.failed:
+        sys.exit(1)
+
+
+def _report(
+    settings: Settings, results: dict[str, dict], failed_before: dict[str, str], unchanged: int
+) -> None:
+    """The table of what this sync saw through, its failures one line each, the summary
+    line; exits 1 when anything failed."""
     rows = [
         (
             r["persona"],
             r["attire"],
             r["motion"],
             r["state"],
-            "-" if r["seconds"] is None else f"{r['seconds']:.1f} s",
+            "-" if r.get("seconds") is None else f"{r['seconds']:.1f} s",
             rel,
         )
-        for rel, r in sorted(summary.results.items())
+        for rel, r in sorted(results.items())
     ]
     if rows:
         table(("persona", "attire", "motion", "state", "time", "file"), rows)
-    failed = [
-        (rel, r["error"]) for rel, r in sorted(summary.results.items()) if r["state"] == "failed"
-    ]
+    failed = [(rel, r["error"]) for rel, r in sorted(results.items()) if r["state"] == "failed"]
     for rel, error in failed:
         click.echo(f"failed {rel}: {error}", err=True)
-    for rel, error in sorted(summary.failed_before.items()):
+    for rel, error in sorted(failed_before.items()):
         click.echo(
             f"failed before, unchanged since (--retry-failed retries it) {rel}: {error}", err=True
         )
-    hot = sum(r["state"] == "hot" for r in summary.results.values())
+    hot = sum(r["state"] == "hot" for r in results.values())
     click.echo(
-        f"{hot} became hot, {len(failed)} failed, {summary.unchanged} already hot"
-        + (f", {len(summary.failed_before)} failed before" if summary.failed_before else "")
+        f"{hot} became hot, {len(failed)} failed, {unchanged} already hot"
+        + (f", {len(failed_before)} failed before" if failed_before else "")
         + f" in {settings.personas}"
     )
-    if failed or summary.failed or summary.failed_before:
+    if failed or failed_before:
         sys.exit(1)
+
+
+def _sync_through_server(settings: Settings, server: dict) -> None:
+    """A server watches this store (`hotplate serve --watch`): its queue builds what is
+    outstanding (one queue, renders first); this waits until nothing is, then reports as
+    a sync does. A file that failed there is a failure here."""
+    from cachestore.store import open_store
+    from watcher.health import holder_text, lock_held
+    from watcher.keys import Keys
+    from watcher.reconcile import wait_until_settled
+    from watcher.sources import load_rows
+
+    root = settings.personas.resolve()
+    click.echo(
+        f"{holder_text(server)} builds this folder through its queue (GET /v1/precompile "
+        "shows it); waiting until nothing is outstanding",
+        err=True,
+    )
+    store = open_store(settings.cache, map_size=settings.map_size)
+    keys = Keys(root, settings.recipe)
+    first, last = wait_until_settled(
+        root,
+        store,
+        keys.avatar_of,
+        alive=lambda: lock_held(settings.cache),
+        tell=lambda n: click.echo(f"{n} file(s) outstanding", err=True),
+    )
+    rows = load_rows(store, root)
+    waited = {o.rel for o in first.outstanding}
+    results = {rel: rows[rel] for rel in waited if rel in rows}
+    failed_before = {rel: rows[rel].get("error", "") for rel in first.failed if rel in rows}
+    _report(settings, results, failed_before, len(set(last.hot) - waited))
 
 
 def _sync_on_ray(settings: Settings, address: str) -> None:

@@ -67,12 +67,22 @@ class Service:
         from hotplate.serve.sessions import Sessions
 
         self.sessions = Sessions(self)
+        self.watching = None  # serve --watch: the folder's precompiles join the queue
+        if config.watch:
+            from hotplate.serve.watching import Watching
+
+            self.watching = Watching(self)
         self.metrics.watch(
             lambda: len(self.queue.workers),
             lambda: len(self.queue.running),
             self.queue.depth,
             self.store,
         )
+
+    async def stop_watching(self) -> None:
+        """Stop serve --watch's watcher (before a drain: it queues nothing more)."""
+        if self.watching is not None:
+            await self.watching.stop()
 
     def recipe_for_backend(self, backend: str) -> Any:
         """The settings' recipe with what `backend` implies (the worker adds persona.toml's),
@@ -106,9 +116,12 @@ def create_app(config: ServeConfig) -> FastAPI:
         await service.queue.start()
         sweep = asyncio.create_task(service.queue.sweep())
         try:
+            if service.watching is not None:
+                service.watching.start(asyncio.get_running_loop())
             yield
         finally:
             sweep.cancel()
+            await service.stop_watching()
             queue = service.queue
             if queue.draining_until is None:  # not drained by a signal (a Ray replica's stop)
                 drain_s = seconds(config.drain_timeout)

@@ -64,6 +64,7 @@ class ServeConfig:
     # precompiles are background work nobody waits on: they queue up to this many, past
     # --max-wait, and a worker takes one only when no render waits
     max_queued_precompiles: int = 64
+    watch: bool = False  # watch the personas folder; its precompiles join the queue (watching.py)
     token: str | None = None  # a client token (HOTPLATE_TOKEN)
     max_upload_bytes: int = 50_000_000
     max_audio_seconds: float = 600.0

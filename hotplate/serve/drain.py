@@ -60,6 +60,7 @@ class DrainingServer(uvicorn.Server):
 
     async def _drain(self, service: Any) -> None:
         queue = service.queue
+        await service.stop_watching()  # first: the watcher queues nothing more
         queued = await queue.begin_drain(self.drain_timeout)
         log.info(
             "SIGTERM: draining (%d job(s) running; %d queued answered 503), up to %g s; "

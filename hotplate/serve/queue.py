@@ -92,6 +92,9 @@ class JobQueue:
         self.workers: list[RenderWorker] = []
         self.running: dict[str, RenderWorker] = {}
         self.riders: dict[str, list[Entry]] = {}  # a JIT render's id: precompiles it builds
+        # a job's id: told its end (the job, its result) once, whichever way it ends;
+        # the server's watcher hears of its precompiles so (watching.py)
+        self.on_end: dict[str, Callable[[Job, dict], None]] = {}
         self.ready = False
         self.draining_until: float | None = None  # set by drain(): admit nothing more
         self.in_flight = 0  # admitted requests whose answer has not ended (admission.py)
@@ -178,6 +181,7 @@ class JobQueue:
             self.metrics.renders.labels("interrupted").inc()
             self.live.pop(job.id, None)
             self.records.save(job)
+            self._tell(job)
         self.waiting = []
         await self._notify()
         return len(queued)
@@ -202,6 +206,7 @@ class JobQueue:
             self.metrics.renders.labels("interrupted").inc()
             self.live.pop(job.id, None)
             self.records.save(job)
+            self._tell(job)
         sweep_orphans(self.retention.data)  # uploads still arriving, partial videos
         return len(left)
 
@@ -220,9 +225,8 @@ class JobQueue:
                 f"the server is shutting down (a restart or deploy); retry in {max(1, int(left))} s",
             )
         priority = priority_of(kind)
-        held = self.depth(priority) + sum(priority_of(t.kind) == priority for t in self.tickets)
         if priority == "background":
-            if held >= self.background_size:
+            if self.room(kind) <= 0:
                 # a place frees when the first queued precompile starts: when a worker is
                 # free of the renders (none of the queued precompiles ahead of it)
                 raise Busy(
@@ -231,7 +235,7 @@ class JobQueue:
                     f"the precompile queue is full ({self.background_size} avatars queued, "
                     "--max-queued-precompiles); retry later",
                 )
-        elif held >= self.size:  # cancelled ones hold no place
+        elif self.room(kind) <= 0:  # cancelled ones hold no place
             start = self.expected_start(kind, client)
             raise Busy(
                 "queue_full",
@@ -254,6 +258,15 @@ class JobQueue:
         self.tickets.append(ticket)
         self.metrics.admitted.labels(kind).inc()
         return ticket
+
+    def room(self, kind: str) -> int:
+        """Places left in the queue of `kind`'s priority: --queue-size for an editor's
+        work, --max-queued-precompiles for background work (none while draining)."""
+        if self.draining_until is not None:
+            return 0
+        priority = priority_of(kind)
+        held = self.depth(priority) + sum(priority_of(t.kind) == priority for t in self.tickets)
+        return (self.background_size if priority == "background" else self.size) - held
 
     def expected_start(self, kind: str, client: str) -> float:
         """Seconds until a worker would start a new job of `kind` from `client`."""
@@ -526,6 +539,7 @@ class JobQueue:
             for e in self.waiting
             if e[0].kind == "precompile"
             and e[0].state == "queued"
+            and "source" not in e[1]  # the watcher's file: its digest, its bank, its checks
             and (e[0].persona, e[0].attire, e[0].motion, e[0].backend, e[2]) == same
         ]
         for entry in riders:
@@ -581,10 +595,17 @@ class JobQueue:
         self.metrics.renders.labels(state).inc()
         self.live.pop(job.id, None)
         self.records.save(job)
+        self._tell(job, result)
         await self._end_riders(job)
         if state == "done" and self.retention.max_bytes is not None:
             await asyncio.to_thread(self._retain, None)
         await self._notify()
+
+    def _tell(self, job: Job, result: dict | None = None) -> None:
+        """Call the job's on_end, if it has one (it must not raise)."""
+        told = self.on_end.pop(job.id, None)
+        if told is not None:
+            told(job, result or {})
 
     def _measure(self, job: Job, size: str | None = None) -> None:
         """A finished job's figures: its service time (for admission) and the histograms."""

@@ -12,7 +12,9 @@ in pipeline/nets/modelcache.py for as long as they live. One job at a time, on a
                        ("ok", job_id, result) | ("error", job_id, http_status, one_line)
 
 kind "render" runs pipeline.lip_sync.lip_sync (the entry point `hotplate render`
-uses); kind "precompile" runs pipeline.precompile.run.precompile on the resolved source;
+uses); kind "precompile" runs pipeline.precompile.run.precompile on the resolved source,
+or, for a file the server's watcher queued (fields["source"]), what `hotplate watch`'s
+worker runs on it (`precompile_file`);
 kinds "stream" and "live" write a fragmented MP4 as it is made (stream_jobs.py); kind
 "talk" holds a conversation session until it ends (talk.py); kind
 "warm-up" (sent once by the queue after every worker is ready) renders a short clip of
@@ -40,6 +42,7 @@ def status_for(exc: BaseException) -> int:
     """The HTTP status an exception from a job maps to (4xx: the request's fault)."""
     from cachestore.codec import CodecError
     from cachestore.flight import FlightTimeoutError
+    from cachestore.keys import FileChangedError
     from pipeline.nets.models import ModelMissingError
     from pipeline.personas import PersonaError
     from pipeline.render.audio import AudioError, AudioFormatError
@@ -50,7 +53,7 @@ def status_for(exc: BaseException) -> int:
         return 415 if isinstance(exc, AudioFormatError) else 422
     if isinstance(exc, ModelMissingError | FlightTimeoutError):  # weights, or a build elsewhere
         return 503
-    if isinstance(exc, LookupError):
+    if isinstance(exc, LookupError | FileChangedError):  # FileChangedError: serve --watch's
         return 409
     if isinstance(exc, CodecError):  # the store's own damage (a ValueError): never a 4xx
         return 500
@@ -141,6 +144,8 @@ def run_job(
             "audio_seconds": outcome.render.audio_seconds,
             "size": avatar_size(store, outcome.avatar),
         }
+    if "source" in fields:  # a file the server's watcher found (serve --watch, watching.py)
+        return precompile_file(store, settings, fields, recipe, progress)
     from pipeline.catalog import recipe_for
     from pipeline.personas import resolve
     from pipeline.precompile.run import precompile
@@ -154,6 +159,20 @@ def run_job(
         flight_wait=settings["flight_wait"],
     )
     return {"avatar": report.avatar, "jit": not report.hit, "frames": report.counts.get("frames")}
+
+
+def precompile_file(
+    store: Any, settings: dict[str, Any], fields: dict, recipe: Any, progress: Throttle
+) -> dict:
+    """What `hotplate watch`'s worker does with a file (watcher/worker.py: its avatar and
+    its bank, the file unchanged throughout, else FileChangedError, a 409), with progress."""
+    from functools import partial
+
+    from watcher.worker import precompile_job, run_checked
+
+    job = partial(precompile_job, flight_wait=settings["flight_wait"], progress=progress)
+    result = run_checked(job, Path(fields["source"]), recipe, store, fields["stat"])
+    return {**result, "jit": not result["hit"]}
 
 
 def avatar_size(store: Any, avatar: str) -> str | None:
