@@ -36,14 +36,43 @@ flip_one_byte(open_store(sys.argv[1]), sys.argv[2])
 """
 
 
+# Grow the map from another process: a value larger than the room left in a store opened
+# with a small map (as a second worker's big build would).
+GROWER = """
+import os, sys
+from cachestore.store import open_store
+store = open_store(sys.argv[1], map_size=int(sys.argv[2]))
+before = store.env.info()["map_size"]
+filler = os.urandom(int(sys.argv[2]))
+store.write(lambda txn: txn.put(b"filler", filler, db=store.dbs["meta"]), len(filler))
+assert store.env.info()["map_size"] > before
+"""
+SMALL_MAP = 64 << 20
+
+
 @pytest.fixture
 def hot(tmp_path):
     """(the store, the avatar key) of a small loop precompiled in this process."""
     source = write_loop_video(tmp_path / "loop.mp4", n_frames=FRAMES, size=(270, 480))
-    store = open_store(tmp_path / "cache")
+    store = open_store(tmp_path / "cache", map_size=SMALL_MAP)
     report = precompile(source, Recipe(max_frames=FRAMES), store)
     yield store, report.avatar
     forget_store(tmp_path / "cache")
+
+
+def flip_under_lmdb(store, digest: str) -> None:
+    """Flip one payload byte in data.mdb itself: LMDB does not move the value."""
+    with store.read() as r:  # the blob's bytes, to find them in data.mdb
+        value = bytes(r.txn.get(digest.encode(), db=store.dbs["blob"]))
+    head = codec.read_header(value)
+    data = store.path / "data.mdb"
+    at = data.read_bytes().find(value)
+    assert at >= 0, "the blob is not stored contiguously"
+    with open(data, "r+b") as f:
+        f.seek(at + head.offset + head.nbytes // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([byte ^ 0x10]))
 
 
 def frame_digest(store, avatar: str, i: int = 3) -> str:
@@ -73,21 +102,33 @@ def test_damage_written_in_this_process_is_seen_by_a_warm_check(hot):
 def test_a_warm_check_does_not_hash_again_and_a_frame_read_still_does(hot):
     store, avatar = hot
     assert hot_check(store, avatar)[1] == []
-    digest = frame_digest(store, avatar)
-    with store.read() as r:  # the blob's bytes, to find them in data.mdb
-        value = bytes(r.txn.get(digest.encode(), db=store.dbs["blob"]))
-    head = codec.read_header(value)
-    data = store.path / "data.mdb"
-    at = data.read_bytes().find(value)
-    assert at >= 0, "the blob is not stored contiguously"
-    with open(data, "r+b") as f:  # under LMDB's feet: the value does not move
-        f.seek(at + head.offset + head.nbytes // 2)
-        byte = f.read(1)[0]
-        f.seek(-1, 1)
-        f.write(bytes([byte ^ 0x10]))
+    flip_under_lmdb(store, frame_digest(store, avatar))
     # remembered and unmoved: not hashed again (a full check, as verify runs, sees it)
     assert hot_check(store, avatar)[1] == []
     assert store.damaged_stages(store.get_avatar(avatar)["stages"]) == ["decode"]
     # the frame read hashes its blob: the damaged frame is refused, never decoded
     with pytest.raises(codec.CodecError):
         load_assets(store, avatar).load_frame(3)
+
+
+def test_a_map_grown_by_another_process_makes_the_warm_check_hash_again(hot):
+    """A remembered spot is only good in the map it was taken in: once this process adopts
+    another's growth (issue 48: no test grew the map in another process), the check
+    hashes again, and sees what changed meanwhile."""
+    store, avatar = hot
+    assert hot_check(store, avatar)[1] == []
+    flip_under_lmdb(store, frame_digest(store, avatar))
+    assert hot_check(store, avatar)[1] == []  # remembered and unmoved: not hashed
+    epoch, remembered = store._map_epoch, len(store._hashed)
+    grown = subprocess.run([sys.executable, "-c", GROWER, str(store.path), str(SMALL_MAP)])
+    assert grown.returncode == 0
+    with store.read() as r:  # the first read adopts the growth
+        assert r.txn.get(b"filler", db=store.dbs["meta"]) is not None
+    assert store.env.info()["map_size"] > SMALL_MAP
+    # Every spot was forgotten, and a new one is of the new map: the kernel puts a grown
+    # map elsewhere, so a stale spot matching a moved value is a coincidence no test can
+    # make on demand; these two are what keep it from being trusted.
+    assert remembered > 0 and not store._hashed
+    assert store._map_epoch > epoch
+    assert hot_check(store, avatar)[1] == ["decode"]  # hashed again: the flip is seen
+    assert store._hashed and {s[2] for s in store._hashed.values()} == {store._map_epoch}
