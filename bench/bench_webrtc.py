@@ -11,12 +11,19 @@ decode what they receive. Per size:
 - one session: the first picture after the WHEP offer; the mouth's latency, from each
   speech onset leaving the client (speech sent in real time over the speech socket, 20 ms
   chunks) to the first decoded picture whose mouth opens (testkit/mouth_reader.py: the
-  picture matched to its stored loop frame, its mouth rectangle compared); the offset
-  between that picture and the onset's first loud audio at the receiver (audio-video
-  sync); the frames the server counted late or dropped; the worker's CPU per second of
-  session; then whole replies queued at once and interrupted 1.5 s in, 0.37 s later each
-  time (`--interrupts`, 5): from each interrupt's POST to the picture from which the
-  mouth stays at rest, and to the sound's silence;
+  picture matched to its stored loop frame, its mouth rectangle compared); the frames the
+  server counted late or dropped; the worker's CPU per second of session; then whole
+  replies queued at once and interrupted 1.5 s in, 0.37 s later each time
+  (`--interrupts`, 5): from each interrupt's POST to the picture from which the mouth
+  stays at rest, and to the sound's silence;
+- audio-video sync, three ways: at the aiortc player, each picture's arrival against
+  when the sound of the same media time (the RTP timestamps) played, had each audio
+  frame played as it arrived (no lip sync of its own), over the whole session; at the
+  same player, the picture whose mouth opens against the onset's first loud audio
+  (which also holds how fast the drawn mouth opens); and in Debian's chromium (the
+  page's Talk mode, a fake microphone saying as much speech), the picture against its
+  sound at the browser's playout, after its own lip sync (webrtc-stats'
+  estimatedPlayoutTimestamp, twice a second);
 - sessions at once: 1, 2, ... `--sessions`, each spoken to in real time for `--hold` s:
   the pictures each player received per second and the frames the server dropped; the
   most that all hold 25 fps (24.5 or more) with none dropped;
@@ -58,6 +65,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--sessions", type=int, default=3, help="most sessions at once")
     ap.add_argument("--hold", type=float, default=10.0, help="seconds per level of sessions")
     ap.add_argument("--interrupts", type=int, default=5, help="replies interrupted")
+    ap.add_argument("--sync-from", type=float, default=10.0, help="s of chromium's lip sync unread")
 
 
 def speech_pcm(seconds: float, seed: int) -> tuple[np.ndarray, list[int]]:
@@ -132,7 +140,7 @@ def first_after(items: list[tuple[float, float]], since: float, until: float, le
 async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, seconds: float):
     import httpx
 
-    from testkit.webrtc_peer import WhepPeer
+    from testkit.webrtc_peer import WhepPeer, av_offsets
 
     audio, onsets = speech_pcm(seconds, seed=3)
     async with httpx.AsyncClient(base_url=srv.url, timeout=120) as c:
@@ -204,9 +212,28 @@ async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, second
         inputs=inputs,
         note=note + f"; max {1000 * max(latencies):.0f} ms",
     )
+    synced = av_offsets(peer.received)
+    if not synced:
+        bench.missing("no received picture had its sound received")
+    sync = np.array([x for _, x in synced])
+    spans = (
+        [x for m, x in synced if m <= synced[0][0] + 10],
+        [x for m, x in synced if m >= synced[-1][0] - 10],
+    )
+    bench.figure(
+        f"{size}: picture minus its sound at the receiver, by RTP time (median; largest |x|)",
+        1000 * float(np.median(sync)),
+        "ms",
+        better="lower",
+        inputs=inputs,
+        note=f"largest {1000 * sync[np.argmax(np.abs(sync))]:.0f} ms, 95% within "
+        f"{1000 * np.percentile(np.abs(sync), 95):.0f} ms, over {len(sync)} pictures and "
+        f"{synced[-1][0] - synced[0][0]:.0f} s; drift (last 10 s minus first) "
+        f"{1000 * (np.median(spans[1]) - np.median(spans[0])):.0f} ms",
+    )
     if offsets:
         bench.figure(
-            f"{size}: picture minus sound at the receiver, per onset (median; largest |x|)",
+            f"{size}: mouth opening minus the sound's onset at the receiver (median; largest |x|)",
             1000 * statistics.median(offsets),
             "ms",
             better="lower",
@@ -240,6 +267,82 @@ async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, second
         note=f"{figures.get('cpu_seconds')} CPU s over {figures.get('seconds')} s",
     )
     return statistics.median(latencies)
+
+
+# Each inbound track's playout, as its sender's clock (NTP ms) less the stats' own time:
+# audio's minus video's is how late the picture is against its sound, as the browser
+# plays them after its own lip sync (webrtc-stats, estimatedPlayoutTimestamp).
+# With it, each track's mean jitter-buffer delay so far (s), which a picture or a sound
+# waits in the browser before it plays.
+PLAYOUT = """async () => {
+  const out = {};
+  (await talk.pc.getStats()).forEach((s) => {
+    if (s.type === 'inbound-rtp' && s.estimatedPlayoutTimestamp)
+      out[s.kind] = [s.estimatedPlayoutTimestamp - s.timestamp,
+                     s.jitterBufferDelay / Math.max(s.jitterBufferEmittedCount, 1)];
+  });
+  return out;
+}"""
+
+
+def in_chromium(bench: Bench, srv, size: str, inputs: dict, seconds: float) -> None:
+    """The page's Talk mode in Debian's chromium, its fake microphone saying `seconds` of
+    speech: the picture minus its sound at the browser's playout, twice a second, from
+    --sync-from s after connecting (the browser's lip sync needs two sender reports of
+    each track, then closes the gap in steps)."""
+    import shutil
+
+    from hotplate.demo_data import make_speech_audio, write_wav
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        bench.missing("Debian's chromium is not installed (just setup installs it)")
+    from playwright.sync_api import sync_playwright
+
+    offsets = []
+    with tempfile.TemporaryDirectory() as d, sync_playwright() as p:
+        mic = write_wav(Path(d) / "mic.wav", make_speech_audio(seconds, 48000, seed=4), 48000)
+        args = [
+            "--use-fake-ui-for-media-stream",
+            "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={mic}",
+            "--autoplay-policy=no-user-gesture-required",
+            "--allow-loopback-in-peer-connection",
+            "--disable-features=WebRtcHideLocalIpsWithMdns",
+            "--no-sandbox",
+        ]
+        browser = p.chromium.launch(executable_path=chromium, args=args, headless=True)
+        page = browser.new_page()
+        page.goto(srv.url + "/")
+        page.get_by_test_id("card-astro-studio").click()
+        page.click("#talk")
+        page.wait_for_function("() => window.hotplateTalk.connected", timeout=60_000)
+        began = time.monotonic()
+        sync_from = bench.args.sync_from
+        while time.monotonic() - began < sync_from + seconds:
+            page.wait_for_timeout(500)
+            playout = page.evaluate(PLAYOUT)
+            if time.monotonic() - began >= sync_from and len(playout) == 2:
+                offsets.append(playout["audio"][0] - playout["video"][0])
+                buffered = playout
+        page.click("#talk")
+        page.wait_for_function("() => window.hotplateTalk.state === 'idle'", timeout=30_000)
+        browser.close()
+    if not offsets:
+        bench.missing("chromium gave no estimatedPlayoutTimestamp for both tracks")
+    x = np.array(offsets)
+    bench.figure(
+        f"{size}: in chromium, picture minus sound at playout (median; largest |x|)",
+        float(np.median(x)),
+        "ms",
+        better="lower",
+        inputs=inputs,
+        note=f"largest {x[np.argmax(np.abs(x))]:.0f} ms, 95% within "
+        f"{np.percentile(np.abs(x), 95):.0f} ms, {len(x)} readings over {seconds:.0f} s "
+        f"from {bench.args.sync_from:g} s after connecting (webrtc-stats "
+        "estimatedPlayoutTimestamp); mean jitter-buffer wait: pictures "
+        f"{1000 * buffered['video'][1]:.0f} ms, sound {1000 * buffered['audio'][1]:.0f} ms",
+    )
 
 
 async def at_once(srv, n: int, hold: float) -> tuple[list[float], int]:
@@ -331,6 +434,7 @@ def main(bench: Bench) -> None:
                     forget_store(root / "cache")
                 print(f"\n{size}, a {args.frames}-frame loop:")
                 mouth = asyncio.run(one_session(bench, srv, reader, size, inputs, args.seconds))
+                in_chromium(bench, srv, size, inputs, args.seconds)
                 held = 0
                 for n in range(1, args.sessions + 1):
                     rates, dropped = asyncio.run(at_once(srv, n, args.hold))
@@ -362,5 +466,6 @@ if __name__ == "__main__":
             "sessions": 2,
             "hold": 2.0,
             "interrupts": 2,
+            "sync_from": 3.0,
         },
     )

@@ -21,6 +21,10 @@ CHUNK = 960  # 20 ms
 class Received:
     video: list = field(default_factory=list)  # (arrived, luma (h, w) uint8)
     audio: list = field(default_factory=list)  # (arrived, int16 mono samples)
+    # each one's media time, s: its RTP timestamp, from its track's first (aiortc's
+    # receiver starts each track at 0; the server stamps both from one frame count)
+    video_media: list = field(default_factory=list)
+    audio_media: list = field(default_factory=list)
     first_video: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -94,12 +98,16 @@ class WhepPeer:
             except MediaStreamError:
                 return
             now = time.monotonic()
+            known = frame.pts is not None and frame.time_base is not None
+            media = float(frame.pts * frame.time_base) if known else None
             if track.kind == "video":
                 r.video.append((now, luma(frame)))
+                r.video_media.append(media)
                 r.first_video.set()
             else:
                 pcm = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0]
                 r.audio.append((now, pcm.astype(np.int16)))
+                r.audio_media.append(media)
 
     async def offer(self) -> str:
         await self.pc.setLocalDescription(await self.pc.createOffer())
@@ -129,6 +137,25 @@ class WhepPeer:
         for task in self.tasks:
             task.cancel()
         await self.pc.close()
+
+
+def av_offsets(received: Received) -> list[tuple[float, float]]:
+    """(media time, offset) per received picture: its arrival minus when the sound meant
+    to go with it (the same media time) played, had each audio frame played as it
+    arrived; s, positive when the picture is late. Pictures whose sound never came are
+    left out."""
+    starts = np.array([m if m is not None else np.nan for m in received.audio_media])
+    arrived = np.array([t for t, _ in received.audio])
+    lengths = np.array([a.size for _, a in received.audio]) / RATE
+    out = []
+    for (t, _), m in zip(received.video, received.video_media, strict=True):
+        if m is None or not starts.size:
+            continue
+        k = int(np.searchsorted(starts, m, side="right")) - 1
+        if k < 0 or m - starts[k] > lengths[k]:
+            continue
+        out.append((m, t - (arrived[k] + (m - starts[k]))))
+    return out
 
 
 def luma(frame) -> np.ndarray:
