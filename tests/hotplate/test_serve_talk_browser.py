@@ -6,7 +6,6 @@ are bench_webrtc's; this asserts the behaviour."""
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import time
@@ -17,6 +16,7 @@ import pytest
 from cachestore.store import forget_store, open_store
 from hotplate.demo_data import make_speech_audio, write_wav
 from pipeline.hot import load_assets
+from testkit import page_frames
 from testkit.mouth_reader import MouthReader
 from testkit.preconditions import require
 from testkit.serve_helpers import Server, make_world, speech, wait_state
@@ -28,33 +28,6 @@ SILENCE, SPOKEN = 1.0, 2.0  # the fake microphone's file: silence, speech, then 
 TAIL = 4.0
 
 pytestmark = [pytest.mark.slow]
-
-# Grabs every picture the <video> presents (requestVideoFrameCallback) as its luma,
-# BT.601 limited range as the stored frames are compared: window.grabbed, drained by
-# the test.
-GRAB = """
-() => {
-  const v = document.getElementById('player');
-  const c = document.createElement('canvas');
-  window.grabbed = [];
-  const grab = (now) => {
-    if (v.videoWidth) {
-      c.width = v.videoWidth; c.height = v.videoHeight;
-      const g = c.getContext('2d', { willReadFrequently: true });
-      g.drawImage(v, 0, 0);
-      const d = g.getImageData(0, 0, c.width, c.height).data;
-      const y = new Uint8Array(c.width * c.height);
-      for (let i = 0, j = 0; j < y.length; i += 4, j++)
-        y[j] = Math.round(16 + (65.481 * d[i] + 128.553 * d[i + 1] + 24.966 * d[i + 2]) / 255);
-      let s = '';
-      for (let at = 0; at < y.length; at += 8192) s += String.fromCharCode.apply(null, y.subarray(at, at + 8192));
-      window.grabbed.push({ t: now, w: c.width, h: c.height, y: btoa(s) });
-    }
-    v.requestVideoFrameCallback(grab);
-  };
-  v.requestVideoFrameCallback(grab);
-}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +54,7 @@ def server(world):
 
 def drain(page, reader: MouthReader) -> list[tuple[float, int, float]]:
     """(page time in s, stored frame shown, mouth score) of each picture grabbed since."""
-    out = []
-    for g in page.evaluate("() => window.grabbed.splice(0)"):
-        luma = np.frombuffer(base64.b64decode(g["y"]), np.uint8).reshape(g["h"], g["w"])
-        out.append((g["t"] / 1000, *reader.read(luma)))
-    return out
+    return [(p.shown, p.index, p.mouth) for p in page_frames.drain(page, reader)]
 
 
 def test_talk_mode_connects_listens_talks_and_is_interrupted(server, world, tmp_path):
@@ -110,7 +79,7 @@ def test_talk_mode_connects_listens_talks_and_is_interrupted(server, world, tmp_
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(server.url + "/")
         page.get_by_test_id("card-astro-studio").click()
-        page.evaluate(GRAB)
+        page_frames.start(page)
         page.click("#talk")
         page.wait_for_function(
             "() => document.getElementById('player').readyState >= 2 && window.hotplateTalk.connected",
