@@ -42,6 +42,10 @@ CONSENT_INTERVAL = 1.0  # s between consent checks (aioice's default: 5)
 CONSENT_FAILURES = 4  # failed checks before the peer counts as gone
 CATCH_UP = 0.5  # s: a pump this far behind its clock resumes from now, not in a burst
 MIC_MAX_QUEUED = 0.3  # s: microphone speech queued past this is dropped (clock drift)
+# A muted track's sound, once through Opus, is +-1 and not zeros (chromium's was, each
+# frame): treated as speech it queued 0.3 s ahead of a clip said over the speech
+# socket. -72 dBFS: far under any room a microphone hears.
+MUTED_PEAK = 8
 # the encoder's bitrate ceiling by profile (aiortc's VP8 default ceiling is 1.5 Mbit/s)
 MAX_BITRATE = {"preview": 1_500_000, "export": 4_000_000}
 
@@ -201,9 +205,9 @@ def audio_track(pump: FramePump):
 async def feed_microphone(track, conv) -> None:
     """The browser's microphone into the conversation, until the track ends. What
     arrives while more than MIC_MAX_QUEUED s is queued is dropped: the sender's clock
-    and this one drift apart, and the avatar must not fall behind the speaker. Digital
-    silence (a muted track) is not queued: the page mutes the microphone while a clip is
-    said over the speech socket, whose turn it would cut into."""
+    and this one drift apart, and the avatar must not fall behind the speaker. A muted
+    track (MUTED_PEAK) is not queued: the page mutes the microphone while a clip is said
+    over the speech socket, whose turn it would cut into and delay."""
     from aiortc.mediastreams import MediaStreamError
 
     while True:
@@ -214,12 +218,13 @@ async def feed_microphone(track, conv) -> None:
         if conv.queued_seconds() > MIC_MAX_QUEUED:
             continue
         pcm = frame.to_ndarray()
-        if not pcm.any():  # a muted microphone: other speech may be queued, leave it alone
-            continue
         channels = len(frame.layout.channels)
         if frame.format.name != "s16":
             pcm = np.clip(pcm * 32767, -32768, 32767)
-        data = np.ascontiguousarray(pcm.astype("<i2")).reshape(-1).tobytes()
+        pcm = np.ascontiguousarray(pcm.astype("<i2"))
+        if int(np.abs(pcm).max(initial=0)) <= MUTED_PEAK:  # muted: leave queued speech alone
+            continue
+        data = pcm.reshape(-1).tobytes()
         conv.push_speech(data, frame.sample_rate, channels)
 
 

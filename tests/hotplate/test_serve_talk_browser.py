@@ -102,6 +102,19 @@ def test_talk_mode_connects_listens_talks_and_is_interrupted(server, world, tmp_
         assert longest[1] - longest[0] >= 50, rest_runs  # >= 2 s at rest
         shown = {idx for _, idx, _ in seen[longest[0] : longest[1]]}
         assert len(shown) >= 6, shown  # it breathes: the loop's frames go by
+        # muted, the microphone queues nothing: a muted track's sound, through Opus, is
+        # +-1, not zeros, and taken for speech it delayed a clip said next by 0.3 s
+        page.click("#mic")
+        speaking = []
+        for pictures in (13, 50):  # what was queued before the mute plays out; then 2 s
+            got = 0
+            while got < pictures:
+                page.wait_for_timeout(200)
+                got += len(drain(page, reader))
+            session = f"/v1/sessions/{page.evaluate('window.hotplateTalk.id')}"
+            with server.client() as c:
+                speaking.append(c.get(session).json()["speaking_frames"])
+        assert speaking[1] == speaking[0], speaking
 
         # the clip said over the speech socket (the microphone muted), then interrupted
         page.set_input_files("#audio", str(world / "clip.wav"))
