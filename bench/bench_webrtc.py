@@ -2,7 +2,8 @@
 
 Usage:
     .venv/bin/python bench/bench_webrtc.py [--sizes 540x960,1080x1920] [--frames 50]
-        [--seconds 12] [--sessions 3] [--hold 10] [--interrupts 5] [--quick] [--json FILE]
+        [--seconds 12] [--sessions 3] [--hold 10] [--interrupts 5] [--sync-from 0]
+        [--quick] [--json FILE]
 
 A real `hotplate serve` on loopback (one worker per session it may hold), a hot avatar of
 each size (a `--frames`-frame loop), and real aiortc players (testkit/webrtc_peer.py) that
@@ -22,8 +23,11 @@ decode what they receive. Per size:
   same player, the picture whose mouth opens against the onset's first loud audio
   (which also holds how fast the drawn mouth opens); and in Debian's chromium (the
   page's Talk mode, a fake microphone saying as much speech), the picture against its
-  sound at the browser's playout, after its own lip sync (webrtc-stats'
-  estimatedPlayoutTimestamp, twice a second);
+  sound at the browser's playout (webrtc-stats' estimatedPlayoutTimestamp, twice a
+  second, from a second after the page set the pictures' wait to their sound's);
+- in chromium too, the microphone muted, the same speech over the speech socket and the
+  same interrupts, each picture the page shows read back (testkit/page_frames.py): the
+  mouth's latency and its rest after an interrupt, as shown and as the picture arrived;
 - sessions at once: 1, 2, ... `--sessions`, each spoken to in real time for `--hold` s:
   the pictures each player received per second and the frames the server dropped; the
   most that all hold 25 fps (24.5 or more) with none dropped;
@@ -65,7 +69,12 @@ def add_arguments(ap) -> None:
     ap.add_argument("--sessions", type=int, default=3, help="most sessions at once")
     ap.add_argument("--hold", type=float, default=10.0, help="seconds per level of sessions")
     ap.add_argument("--interrupts", type=int, default=5, help="replies interrupted")
-    ap.add_argument("--sync-from", type=float, default=10.0, help="s of chromium's lip sync unread")
+    ap.add_argument(
+        "--sync-from",
+        type=float,
+        default=0.0,
+        help="s after connecting before chromium's sync is read",
+    )
 
 
 def speech_pcm(seconds: float, seed: int) -> tuple[np.ndarray, list[int]]:
@@ -132,6 +141,33 @@ def settled(items: list[tuple[float, float]], since: float, until: float, level:
     return None
 
 
+def mouth_openings(mouth: list, sent: list[float], onsets: list[int]):
+    """(when the onset was sent, when the next one was, when the mouth first opened
+    between them) per speech onset that opened the mouth."""
+    for k, i in enumerate(onsets):
+        start = sent[i]
+        until = sent[onsets[k + 1]] if k + 1 < len(onsets) else start + 2.0
+        opened = first_after(mouth, start, until, OPEN)
+        if opened is not None:
+            yield start, until, opened
+
+
+def mouth_rests(bench: Bench, mouth: list, cuts: list[float]) -> list[tuple[float, float]]:
+    """(the interrupt's POST, when the mouth came to rest for good) per interrupt whose
+    mouth was open in the second before it."""
+    out = []
+    for cut in cuts:
+        if first_after(mouth, cut - 1.0, cut, OPEN) is None:
+            continue
+        rest_at = settled(mouth, cut, cut + SETTLE, REST)
+        if rest_at is None:
+            bench.missing(f"{SETTLE} s after an interrupt the mouth still moved")
+        out.append((cut, rest_at))
+    if not out:
+        bench.missing("the mouth was not open before any interrupt")
+    return out
+
+
 def first_after(items: list[tuple[float, float]], since: float, until: float, level: float):
     """The time of the first (time, value) with since <= time < until and value > level."""
     return next((t for t, v in items if since <= t < until and v > level), None)
@@ -165,29 +201,20 @@ async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, second
         (t, float(np.sqrt(np.mean(a.astype(np.float64) ** 2)))) for t, a in peer.received.audio
     ]
     latencies, offsets = [], []
-    for k, i in enumerate(onsets):
-        start = sent[i]
-        until = sent[onsets[k + 1]] if k + 1 < len(onsets) else start + 2.0
-        opened = first_after(mouth, start, until, OPEN)
+    for start, until, opened in mouth_openings(mouth, sent, onsets):
+        latencies.append(opened - start)
         heard = first_after(sound, start, until, LOUD / 2)
-        if opened is not None:
-            latencies.append(opened - start)
-            if heard is not None:
-                offsets.append(opened - heard)
+        if heard is not None:
+            offsets.append(opened - heard)
     if not latencies:
         bench.missing("no speech onset opened a mouth in the received pictures")
-    rests, quiets = [], []  # per interrupt whose mouth was open in the second before it
-    for cut in cuts:
-        if first_after(mouth, cut - 1.0, cut, OPEN) is None:
-            continue
-        rest_at = settled(mouth, cut, cut + SETTLE, REST)
+    rests, quiets = [], []
+    for cut, rest_at in mouth_rests(bench, mouth, cuts):
         quiet_at = settled(sound, cut, cut + SETTLE, LOUD / 4)
-        if rest_at is None or quiet_at is None:
-            bench.missing(f"{SETTLE} s after an interrupt the mouth or the sound still moved")
+        if quiet_at is None:
+            bench.missing(f"{SETTLE} s after an interrupt the sound still played")
         rests.append(rest_at - cut)
         quiets.append(quiet_at - cut)
-    if not rests:
-        bench.missing("the mouth was not open before any interrupt")
     figures = stats.get("figures", stats)
     cpu = figures.get("cpu_seconds", 0.0) / max(figures.get("seconds", 1.0), 1e-6)
     note = (
@@ -285,11 +312,15 @@ PLAYOUT = """async () => {
 }"""
 
 
-def in_chromium(bench: Bench, srv, size: str, inputs: dict, seconds: float) -> None:
+ALIGNED = "() => window.hotplateTalk.pictureWaitMs"  # the page's one alignment, ms or null
+
+
+def in_chromium(bench: Bench, srv, reader, size: str, inputs: dict, seconds: float) -> None:
     """The page's Talk mode in Debian's chromium, its fake microphone saying `seconds` of
-    speech: the picture minus its sound at the browser's playout, twice a second, from
-    --sync-from s after connecting (the browser's lip sync needs two sender reports of
-    each track, then closes the gap in steps)."""
+    speech: the picture minus its sound at the browser's playout, twice a second, for
+    `seconds` from a second after the page set the pictures' wait to their sound's (it
+    needs a sender report of each track, ~2-3 s; at 20 s without it, from then; never
+    before --sync-from)."""
     import shutil
 
     from hotplate.demo_data import make_speech_audio, write_wav
@@ -299,7 +330,7 @@ def in_chromium(bench: Bench, srv, size: str, inputs: dict, seconds: float) -> N
         bench.missing("Debian's chromium is not installed (just setup installs it)")
     from playwright.sync_api import sync_playwright
 
-    offsets = []
+    offsets, trace = [], []
     with tempfile.TemporaryDirectory() as d, sync_playwright() as p:
         mic = write_wav(Path(d) / "mic.wav", make_speech_audio(seconds, 48000, seed=4), 48000)
         args = [
@@ -319,15 +350,27 @@ def in_chromium(bench: Bench, srv, size: str, inputs: dict, seconds: float) -> N
         page.wait_for_function("() => window.hotplateTalk.connected", timeout=60_000)
         began = time.monotonic()
         sync_from = bench.args.sync_from
-        while time.monotonic() - began < sync_from + seconds:
+        aligned = None  # when the page had set the pictures' wait, s after connecting
+        while aligned is None or time.monotonic() - began < aligned + 1 + seconds:
             page.wait_for_timeout(500)
             playout = page.evaluate(PLAYOUT)
-            if time.monotonic() - began >= sync_from and len(playout) == 2:
-                offsets.append(playout["audio"][0] - playout["video"][0])
-                buffered = playout
+            now = time.monotonic() - began
+            if aligned is None and (page.evaluate(ALIGNED) or now > 20):
+                aligned = max(now, sync_from - 1)
+            if len(playout) == 2:
+                trace.append((now, playout["audio"][0] - playout["video"][0]))
+                if aligned is not None and now >= aligned + 1:
+                    offsets.append(trace[-1][1])
+                    buffered = playout
+        waited = page.evaluate(ALIGNED)
+        mouth_in_chromium(bench, page, srv, reader, size, inputs, seconds)
         page.click("#talk")
         page.wait_for_function("() => window.hotplateTalk.state === 'idle'", timeout=30_000)
         browser.close()
+    print(
+        "  chromium, picture minus sound (ms) by second after connecting: "
+        + " ".join(f"{t:.0f}s:{x:.0f}" for t, x in trace[1::2])
+    )
     if not offsets:
         bench.missing("chromium gave no estimatedPlayoutTimestamp for both tracks")
     x = np.array(offsets)
@@ -339,9 +382,78 @@ def in_chromium(bench: Bench, srv, size: str, inputs: dict, seconds: float) -> N
         inputs=inputs,
         note=f"largest {x[np.argmax(np.abs(x))]:.0f} ms, 95% within "
         f"{np.percentile(np.abs(x), 95):.0f} ms, {len(x)} readings over {seconds:.0f} s "
-        f"from {bench.args.sync_from:g} s after connecting (webrtc-stats "
-        "estimatedPlayoutTimestamp); mean jitter-buffer wait: pictures "
+        f"from {aligned + 1:.0f} s after connecting (webrtc-stats "
+        f"estimatedPlayoutTimestamp); the page asked pictures to wait {waited} ms; "
+        "mean jitter-buffer wait: pictures "
         f"{1000 * buffered['video'][1]:.0f} ms, sound {1000 * buffered['audio'][1]:.0f} ms",
+    )
+
+
+def mouth_in_chromium(bench: Bench, page, srv, reader, size: str, inputs, seconds: float) -> None:
+    """The same session, its microphone muted: `seconds` of speech pushed in real time
+    over its speech socket, then replies interrupted, as bench_webrtc's aiortc player
+    is spoken to; each picture chromium shows is read back (testkit/page_frames.py),
+    timed when it arrived and when it was shown."""
+    import threading
+
+    import httpx
+
+    from testkit import page_frames
+
+    page.click("#mic")  # its file's speech and ours would mix
+    page_frames.start(page)
+    to_monotonic = page_frames.monotonic_offset(page)
+    session = page.evaluate("talk.session")
+    audio, onsets = speech_pcm(seconds, seed=3)
+    said: dict = {}
+
+    async def speak() -> None:
+        said["sent"] = await speak_in_real_time(srv.url, session, audio)
+        async with httpx.AsyncClient(base_url=srv.url, timeout=60) as c:
+            said["cuts"] = await interrupt_replies(c, srv.url, session, bench.args.interrupts)
+
+    def run() -> None:
+        try:
+            asyncio.run(speak())
+        except Exception as exc:  # the bench says so below, in one line
+            said["error"] = f"{type(exc).__name__}: {exc}"
+
+    speaker = threading.Thread(target=run, daemon=True)
+    speaker.start()
+    pictures = []
+    while speaker.is_alive():
+        page.wait_for_timeout(300)
+        pictures += page_frames.drain(page, reader)
+    if "error" in said:
+        bench.missing(f"speaking to the session in chromium failed: {said['error']}")
+    shown = [(p.shown + to_monotonic, p.mouth) for p in pictures]
+    arrived = [(p.received + to_monotonic, p.mouth) for p in pictures if p.received]
+    latencies = [o - s for s, _, o in mouth_openings(shown, said["sent"], onsets)]
+    if not latencies:
+        bench.missing("no speech onset opened a mouth in the pictures chromium showed")
+    on_arrival = [o - s for s, _, o in mouth_openings(arrived, said["sent"], onsets)]
+    bench.figure(
+        f"{size}: in chromium, mouth open as shown after a speech onset left the client (median)",
+        1000 * statistics.median(latencies),
+        "ms",
+        better="lower",
+        inputs=inputs,
+        note=f"largest {1000 * max(latencies):.0f} ms, {len(latencies)} of {len(onsets)} onsets; "
+        f"as the picture arrived: median {1000 * statistics.median(on_arrival or [0]):.0f} ms, "
+        f"largest {1000 * max(on_arrival or [0]):.0f} ms; {len(pictures)} pictures read",
+    )
+    rests = [at - cut for cut, at in mouth_rests(bench, shown, said["cuts"])]
+    rests_on_arrival = [at - cut for cut, at in mouth_rests(bench, arrived, said["cuts"])]
+    bench.figure(
+        f"{size}: in chromium, interrupt: the mouth at rest as shown after the POST (median)",
+        1000 * statistics.median(rests),
+        "ms",
+        better="lower",
+        inputs=inputs,
+        note=f"{len(rests)} of {len(said['cuts'])} replies cut with the mouth open; largest "
+        f"{1000 * max(rests):.0f} ms; as the picture arrived: median "
+        f"{1000 * statistics.median(rests_on_arrival):.0f} ms, largest "
+        f"{1000 * max(rests_on_arrival):.0f} ms (shown later by the wait the page set)",
     )
 
 
@@ -434,7 +546,7 @@ def main(bench: Bench) -> None:
                     forget_store(root / "cache")
                 print(f"\n{size}, a {args.frames}-frame loop:")
                 mouth = asyncio.run(one_session(bench, srv, reader, size, inputs, args.seconds))
-                in_chromium(bench, srv, size, inputs, args.seconds)
+                in_chromium(bench, srv, reader, size, inputs, args.seconds)
                 held = 0
                 for n in range(1, args.sessions + 1):
                     rates, dropped = asyncio.run(at_once(srv, n, args.hold))
@@ -466,6 +578,5 @@ if __name__ == "__main__":
             "sessions": 2,
             "hold": 2.0,
             "interrupts": 2,
-            "sync_from": 3.0,
         },
     )

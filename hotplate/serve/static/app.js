@@ -512,8 +512,8 @@ function toggleLive() {
 // speech WebSocket (the microphone is muted while it plays). What the tests read:
 // window.hotplateTalk.
 
-const talk = { session: null, pc: null, mic: null, channel: null, ws: null, micOn: true };
-window.hotplateTalk = { state: "idle", id: null, connected: false, firstFrameSeconds: null, error: null };
+const talk = { session: null, pc: null, mic: null, channel: null, ws: null, micOn: true, aligned: null };
+window.hotplateTalk = { state: "idle", id: null, connected: false, firstFrameSeconds: null, error: null, pictureWaitMs: null };
 
 function talkState(text) {
   $("talk-state").textContent = text;
@@ -565,6 +565,7 @@ async function startTalk() {
   }, { once: true });
   pc.addEventListener("connectionstatechange", () => {
     t.connected = pc.connectionState === "connected";
+    if (t.connected) alignPictures(pc);
     if (["failed", "closed"].includes(pc.connectionState) && talk.pc === pc) {
       talkState(`talk: the connection ${pc.connectionState}`);
       stopTalk();
@@ -585,6 +586,31 @@ async function startTalk() {
   $("talk").classList.add("live-on");
   $("talk-bar").classList.remove("hidden");
   setMic(true);
+}
+
+// Chromium buffers sound about 65 ms and pictures about 8 ms, so until its own lip sync
+// catches up (8-20 s) each picture shows before its sound. As soon as the stats say when
+// each track plays (its sender's clock at playout), ask the pictures to wait as much
+// longer as they lead; once only, since the browser's lip sync may later lengthen the
+// sound's wait, which must not feed back here.
+async function alignPictures(pc) {
+  const video = pc.getReceivers().find((r) => r.track.kind === "video");
+  if (!video || !("jitterBufferTarget" in video) || talk.aligned === pc) return;
+  talk.aligned = pc;
+  for (let tries = 0; tries < 40 && talk.pc === pc; tries++) {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const at = {};
+    (await pc.getStats()).forEach((s) => {
+      if (s.type === "inbound-rtp" && s.estimatedPlayoutTimestamp && s.jitterBufferEmittedCount)
+        at[s.kind] = { plays: s.estimatedPlayoutTimestamp - s.timestamp, waits: 1000 * s.jitterBufferDelay / s.jitterBufferEmittedCount };
+    });
+    if (at.audio && at.video) {
+      const lead = at.video.plays - at.audio.plays;  // ms the picture shows before its sound
+      video.jitterBufferTarget = Math.max(0, Math.min(Math.round(at.video.waits + lead), 500));
+      window.hotplateTalk.pictureWaitMs = video.jitterBufferTarget;
+      return;
+    }
+  }
 }
 
 function setMic(on) {
