@@ -79,7 +79,7 @@ def test_talk_mode_connects_listens_talks_and_is_interrupted(server, world, tmp_
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto(server.url + "/")
         page.get_by_test_id("card-astro-studio").click()
-        page_frames.start(page)
+        page_frames.start(page, reader)
         page.click("#talk")
         page.wait_for_function(
             "() => document.getElementById('player').readyState >= 2 && window.hotplateTalk.connected",
