@@ -164,8 +164,9 @@ class FramePump:
             self.stats.dropped += 1
         self.video.put_nowait(picture)
         spf = self.conv.samples_per_frame
-        for at in range(0, spf, AUDIO_CHUNK):
-            self.audio.put_nowait((t * spf + at, frame.audio[at : at + AUDIO_CHUNK]))
+        for at in range(0, spf, AUDIO_CHUNK):  # each at its own time, as a microphone's
+            chunk = (t * spf + at, frame.audio[at : at + AUDIO_CHUNK])
+            self.loop.call_later(at / AUDIO_RATE, self.audio.put_nowait, chunk)
         if frame.speaking and frame.speech_onset is not None:
             onsets = self.stats.onsets
             if not onsets or onsets[-1][0] != frame.speech_onset:
