@@ -55,6 +55,7 @@ REST = 7.0  # ... and at rest over VP8 (the browser test's bound)
 REPLY = 6.0  # s of a reply queued at once, then interrupted
 INTERRUPT_AFTER = 1.5  # s after the first was sent; each next one CUT_STEP s later
 CUT_STEP = 0.37
+SLOW = 0.2  # s: an onset whose mouth opens later than this is looked at (the issue's bound)
 SETTLE = 1.5  # s after an interrupt read for the mouth and the sound at rest
 LOUD = 2000  # int16 RMS of a 20 ms chunk that is speech
 ONSET_GAP = 0.2  # s of quiet before a loud chunk that makes it an onset
@@ -152,6 +153,23 @@ def mouth_openings(mouth: list, sent: list[float], onsets: list[int]):
             yield start, until, opened
 
 
+def slow_onsets(mouth: list, sent: list[float], onsets: list[int], where: str) -> None:
+    """Says, of each onset whose mouth opened past SLOW, when the mouth first moved at
+    all (past REST) and how wide it opened before the next onset: a late first move is
+    latency, an early move that opens slowly is a soft syllable."""
+    slow = [(s, u, o) for s, u, o in mouth_openings(mouth, sent, onsets) if o - s > SLOW]
+    if slow:
+        said = []
+        for start, until, opened in slow:
+            moved = first_after(mouth, start, until, REST)
+            peak = max(v for t, v in mouth if start <= t < until)
+            said.append(
+                f"{1000 * (opened - start):.0f} ms (moved at {1000 * (moved - start):.0f} ms, "
+                f"peak {peak:.0f})"
+            )
+        print(f"  {where}: onsets past {1000 * SLOW:.0f} ms: " + "; ".join(said))
+
+
 def mouth_rests(bench: Bench, mouth: list, cuts: list[float]) -> list[tuple[float, float]]:
     """(the interrupt's POST, when the mouth came to rest for good) per interrupt whose
     mouth was open in the second before it."""
@@ -208,6 +226,7 @@ async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, second
             offsets.append(opened - heard)
     if not latencies:
         bench.missing("no speech onset opened a mouth in the received pictures")
+    slow_onsets(mouth, sent, onsets, "the aiortc player")
     rests, quiets = [], []
     for cut, rest_at in mouth_rests(bench, mouth, cuts):
         quiet_at = settled(sound, cut, cut + SETTLE, LOUD / 4)
@@ -438,6 +457,7 @@ def mouth_in_chromium(bench: Bench, page, srv, reader, size: str, inputs, second
     latencies = [o - s for s, _, o in mouth_openings(shown, said["sent"], onsets)]
     if not latencies:
         bench.missing("no speech onset opened a mouth in the pictures chromium showed")
+    slow_onsets(shown, said["sent"], onsets, "chromium, as shown")
     on_arrival = [o - s for s, _, o in mouth_openings(arrived, said["sent"], onsets)]
     bench.figure(
         f"{size}: in chromium, mouth open as shown after a speech onset left the client (median)",
