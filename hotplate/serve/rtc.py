@@ -164,9 +164,9 @@ class FramePump:
             self.stats.dropped += 1
         self.video.put_nowait(picture)
         spf = self.conv.samples_per_frame
-        for at in range(0, spf, AUDIO_CHUNK):  # each at its own time, as a microphone's
-            chunk = (t * spf + at, frame.audio[at : at + AUDIO_CHUNK])
-            self.loop.call_later(at / AUDIO_RATE, self.audio.put_nowait, chunk)
+        for at in range(0, spf, AUDIO_CHUNK):  # in order; each sent at its own time
+            chunk = frame.audio[at : at + AUDIO_CHUNK]
+            self.audio.put_nowait((t * spf + at, chunk, done + at / AUDIO_RATE))
         if frame.speaking and frame.speech_onset is not None:
             onsets = self.stats.onsets
             if not onsets or onsets[-1][0] != frame.speech_onset:
@@ -191,7 +191,10 @@ def audio_track(pump: FramePump):
         kind = "audio"
 
         async def recv(self):
-            pts, samples = await pump.audio.get()
+            # sent as a microphone would, 20 ms apart, not both of a picture's at once:
+            # a receiver buffers sound by its jitter (chromium: 74 ms against 39 ms)
+            pts, samples, due = await pump.audio.get()
+            await asyncio.sleep(due - time.monotonic())
             frame = av.AudioFrame.from_ndarray(
                 np.ascontiguousarray(samples[None, :]), format="s16", layout="mono"
             )
