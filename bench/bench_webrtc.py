@@ -341,8 +341,8 @@ def in_chromium(bench: Bench, srv, reader, size: str, inputs: dict, seconds: flo
     """The page's Talk mode in Debian's chromium, its fake microphone saying `seconds` of
     speech: the picture minus its sound at the browser's playout, twice a second, for
     `seconds` from a second after the page set the pictures' wait to their sound's (it
-    needs a sender report of each track, ~2-3 s; at 20 s without it, from then; never
-    before --sync-from)."""
+    needs a sender report of each track and steady readings, ~3-5 s; at 30 s without
+    it, from then; never before --sync-from)."""
     import shutil
 
     from hotplate.demo_data import make_speech_audio, write_wav
@@ -377,7 +377,7 @@ def in_chromium(bench: Bench, srv, reader, size: str, inputs: dict, seconds: flo
             page.wait_for_timeout(500)
             playout = page.evaluate(PLAYOUT)
             now = time.monotonic() - began
-            if aligned is None and (page.evaluate(ALIGNED) or now > 20):
+            if aligned is None and (page.evaluate(ALIGNED) is not None or now > 30):
                 aligned = max(now, sync_from - 1)
             if len(playout) == 2:
                 trace.append((now, playout["audio"][0] - playout["video"][0]))

@@ -589,23 +589,28 @@ async function startTalk() {
 }
 
 // Chromium buffers sound about 65 ms and pictures about 8 ms, so until its own lip sync
-// catches up (8-20 s) each picture shows before its sound. As soon as the stats say when
-// each track plays (its sender's clock at playout), ask the pictures to wait as much
-// longer as they lead; once only, since the browser's lip sync may later lengthen the
-// sound's wait, which must not feed back here.
+// catches up (8-20 s) each picture shows before its sound. Once the stats say when each
+// track plays (its sender's clock at playout) and three readings half a second apart
+// agree within 20 ms (the first ones, around the first sender reports, jump by 100s of
+// ms), ask the pictures to wait as much longer as they lead; once only, since the
+// browser's lip sync may later lengthen the sound's wait, which must not feed back here.
 async function alignPictures(pc) {
   const video = pc.getReceivers().find((r) => r.track.kind === "video");
   if (!video || !("jitterBufferTarget" in video) || talk.aligned === pc) return;
   talk.aligned = pc;
-  for (let tries = 0; tries < 40 && talk.pc === pc; tries++) {
+  const leads = [];
+  for (let tries = 0; tries < 60 && talk.pc === pc; tries++) {
     await new Promise((resolve) => setTimeout(resolve, 500));
     const at = {};
     (await pc.getStats()).forEach((s) => {
       if (s.type === "inbound-rtp" && s.estimatedPlayoutTimestamp && s.jitterBufferEmittedCount)
         at[s.kind] = { plays: s.estimatedPlayoutTimestamp - s.timestamp, waits: 1000 * s.jitterBufferDelay / s.jitterBufferEmittedCount };
     });
-    if (at.audio && at.video) {
-      const lead = at.video.plays - at.audio.plays;  // ms the picture shows before its sound
+    if (!at.audio || !at.video) continue;
+    leads.push(at.video.plays - at.audio.plays);  // ms the picture shows before its sound
+    const last = leads.slice(-3);
+    if (last.length === 3 && Math.max(...last) - Math.min(...last) <= 20) {
+      const lead = last.sort((a, b) => a - b)[1];
       video.jitterBufferTarget = Math.max(0, Math.min(Math.round(at.video.waits + lead), 500));
       window.hotplateTalk.pictureWaitMs = video.jitterBufferTarget;
       return;
