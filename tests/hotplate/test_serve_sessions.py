@@ -168,6 +168,10 @@ def test_a_session_listens_talks_and_is_interrupted(server, world, reader):
             figures = (await c.get(f"/v1/sessions/{s['id']}")).json()
             assert figures["connected"] and figures["frames"] >= 100
             assert figures["speaking_frames"] >= 50 and figures["dropped_frames"] == 0
+            # the sound's pieces, sent 20 ms apart, arrive in the order of their media time
+            # (scheduled apart, a late frame's first could pass its predecessor's second)
+            media = [m for m in peer.received.audio_media if m is not None]
+            assert len(media) > 100 and bool(np.all(np.diff(media) > 0))
             assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
             await gone(c, s["id"])
             await peer.close()
