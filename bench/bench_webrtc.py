@@ -346,6 +346,7 @@ def in_chromium(bench: Bench, srv, reader, size: str, inputs: dict, seconds: flo
     import shutil
 
     from hotplate.demo_data import make_speech_audio, write_wav
+    from testkit import page_frames
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
@@ -355,15 +356,7 @@ def in_chromium(bench: Bench, srv, reader, size: str, inputs: dict, seconds: flo
     offsets, trace = [], []
     with tempfile.TemporaryDirectory() as d, sync_playwright() as p:
         mic = write_wav(Path(d) / "mic.wav", make_speech_audio(seconds, 48000, seed=4), 48000)
-        args = [
-            "--use-fake-ui-for-media-stream",
-            "--use-fake-device-for-media-stream",
-            f"--use-file-for-fake-audio-capture={mic}",
-            "--autoplay-policy=no-user-gesture-required",
-            "--allow-loopback-in-peer-connection",
-            "--disable-features=WebRtcHideLocalIpsWithMdns",
-            "--no-sandbox",
-        ]
+        args = page_frames.talk_args(mic)
         browser = p.chromium.launch(executable_path=chromium, args=args, headless=True)
         page = browser.new_page()
         page.goto(srv.url + "/")

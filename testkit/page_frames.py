@@ -7,6 +7,7 @@ and bench_webrtc's reading in chromium."""
 from __future__ import annotations
 
 import base64
+import os
 import time
 from dataclasses import dataclass
 
@@ -45,6 +46,20 @@ GRAB = """
   v.requestVideoFrameCallback(grab);
 }
 """
+
+
+def talk_args(microphone) -> list[str]:
+    """Chromium's flags for the page's Talk mode on loopback: a fake microphone playing
+    the WAV `microphone`, media allowed without a click."""
+    return [
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={microphone}",
+        "--autoplay-policy=no-user-gesture-required",
+        "--allow-loopback-in-peer-connection",  # candidates on 127.0.0.1, as the server's
+        "--disable-features=WebRtcHideLocalIpsWithMdns",  # no mDNS names to resolve
+        *(["--no-sandbox"] if os.geteuid() == 0 else []),
+    ]
 
 
 @dataclass(frozen=True)

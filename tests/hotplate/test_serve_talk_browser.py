@@ -6,7 +6,6 @@ are bench_webrtc's; this asserts the behaviour."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 
@@ -63,15 +62,7 @@ def test_talk_mode_connects_listens_talks_and_is_interrupted(server, world, tmp_
     store = open_store(world / "cache")
     reader = MouthReader(load_assets(store, server.avatar))
     forget_store(world / "cache")
-    args = [
-        "--use-fake-ui-for-media-stream",
-        "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-audio-capture={world / 'microphone.wav'}",
-        "--autoplay-policy=no-user-gesture-required",
-        "--allow-loopback-in-peer-connection",  # candidates on 127.0.0.1, as the server's
-        "--disable-features=WebRtcHideLocalIpsWithMdns",  # no mDNS names to resolve
-        *(["--no-sandbox"] if os.geteuid() == 0 else []),
-    ]
+    args = page_frames.talk_args(world / "microphone.wav")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
         page = browser.new_page(viewport={"width": 1360, "height": 980})
