@@ -18,7 +18,8 @@ decode what they receive. Per size:
   (`--interrupts`, 5): from each interrupt's POST to the picture from which the mouth
   stays at rest, and to the sound's silence;
 - audio-video sync, three ways: at the aiortc player, each picture's arrival against
-  when the sound of the same media time (the RTP timestamps) played, had each audio
+  when the sound of the same instant played (each track's RTP timestamps put on the
+  sender's clock by its RTCP sender reports, as a browser pairs them), had each audio
   frame played as it arrived (no lip sync of its own), over the whole session; at the
   same player, the picture whose mouth opens against the onset's first loud audio
   (which also holds how fast the drawn mouth opens); and in Debian's chromium (the
@@ -267,7 +268,7 @@ async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, second
         [x for m, x in synced if m >= synced[-1][0] - 10],
     )
     bench.figure(
-        f"{size}: picture minus its sound at the receiver, by RTP time (median; largest |x|)",
+        f"{size}: picture minus its sound at the receiver, by the sender reports' clock (median; largest |x|)",
         1000 * float(np.median(sync)),
         "ms",
         better="lower",

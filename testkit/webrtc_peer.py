@@ -15,6 +15,8 @@ import numpy as np
 
 RATE = 48000
 CHUNK = 960  # 20 ms
+CLOCKS = {"video": 90000, "audio": 48000}  # RTP clock rates (Opus: 48 kHz)
+NTP_TO_UNIX = 2208988800  # s from 1900 to 1970
 
 
 @dataclass
@@ -26,6 +28,11 @@ class Received:
     video_media: list = field(default_factory=list)
     audio_media: list = field(default_factory=list)
     first_video: asyncio.Event = field(default_factory=asyncio.Event)
+    # per kind: the first packet's RTP timestamp (media time 0), and each RTCP sender
+    # report as (RTP timestamp, the sender's wall clock it pairs it with (unix s), the
+    # receiver's wall clock when it came (unix s)): what a browser syncs the tracks by
+    origins: dict = field(default_factory=dict)
+    reports: dict = field(default_factory=dict)
 
 
 def microphone(samples: np.ndarray):
@@ -123,7 +130,31 @@ class WhepPeer:
         r = await client.post(whep, content=sdp, headers={"content-type": "application/sdp"})
         if r.status_code == 201 and answer:
             await self.pc.setRemoteDescription(RTCSessionDescription(r.text, "answer"))
+            for receiver in self.pc.getReceivers():
+                self._watch_reports(receiver)
         return r
+
+    def _watch_reports(self, receiver) -> None:
+        """Keep the track's first RTP timestamp and its sender reports (Received): aiortc's
+        receiver keeps neither where a test can read it, so its two packet handlers are
+        wrapped."""
+        from aiortc.rtp import RtcpSrPacket
+
+        kind, r = receiver.track.kind, self.received
+        on_rtp, on_rtcp = receiver._handle_rtp_packet, receiver._handle_rtcp_packet
+
+        async def rtp(packet, *args, **kwargs):
+            r.origins.setdefault(kind, packet.timestamp)
+            return await on_rtp(packet, *args, **kwargs)
+
+        async def rtcp(packet):
+            if isinstance(packet, RtcpSrPacket):
+                info = packet.sender_info
+                sent = info.ntp_timestamp / (1 << 32) - NTP_TO_UNIX
+                r.reports.setdefault(kind, []).append((info.rtp_timestamp, sent, time.time()))
+            return await on_rtcp(packet)
+
+        receiver._handle_rtp_packet, receiver._handle_rtcp_packet = rtp, rtcp
 
     async def wait_open(self, timeout: float = 30.0) -> None:
         """Until the data channel is open."""
@@ -139,22 +170,41 @@ class WhepPeer:
         await self.pc.close()
 
 
+def sender_clock(received: Received, kind: str, media: float) -> float | None:
+    """The sender's wall clock (unix s) its first report pairs with `kind`'s media time
+    `media` (s from the track's first packet), or None before any report came."""
+    reports, origin = received.reports.get(kind), received.origins.get(kind)
+    if not reports or origin is None or media is None:
+        return None
+    rtp, sent, _ = reports[0]
+    ticks = (origin + round(media * CLOCKS[kind]) - rtp) % (1 << 32)
+    if ticks >= 1 << 31:  # before the report
+        ticks -= 1 << 32
+    return sent + ticks / CLOCKS[kind]
+
+
 def av_offsets(received: Received) -> list[tuple[float, float]]:
-    """(media time, offset) per received picture: its arrival minus when the sound meant
-    to go with it (the same media time) played, had each audio frame played as it
-    arrived; s, positive when the picture is late. Pictures whose sound never came are
-    left out."""
-    starts = np.array([m if m is not None else np.nan for m in received.audio_media])
+    """(sender's clock, offset) per received picture: its arrival minus when the sound
+    of the same instant by the sender's reports (as a browser pairs them) played, had
+    each audio frame played as it arrived; s, positive when the picture is late.
+    Pictures whose sound never came are left out."""
+    starts = np.array(
+        [
+            np.nan if (c := sender_clock(received, "audio", m)) is None else c
+            for m in received.audio_media
+        ]
+    )
     arrived = np.array([t for t, _ in received.audio])
     lengths = np.array([a.size for _, a in received.audio]) / RATE
     out = []
     for (t, _), m in zip(received.video, received.video_media, strict=True):
-        if m is None or not starts.size:
+        at = sender_clock(received, "video", m)
+        if at is None or not starts.size:
             continue
-        k = int(np.searchsorted(starts, m, side="right")) - 1
-        if k < 0 or m - starts[k] > lengths[k]:
+        k = int(np.searchsorted(starts, at, side="right")) - 1
+        if k < 0 or at - starts[k] > lengths[k]:
             continue
-        out.append((m, t - (arrived[k] + (m - starts[k]))))
+        out.append((at, t - (arrived[k] + (at - starts[k]))))
     return out
 
 
