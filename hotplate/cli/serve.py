@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from hotplate.cli.common import FieldDefault, default_help
+from hotplate.serve.config import TURN_ENV, ice_servers_problem, parse_turn_credentials
 from hotplate.settings import Settings
 
 TOKEN_ENV = "HOTPLATE_TOKEN"
@@ -107,6 +108,19 @@ def read_tokens(path: Path) -> tuple[str, ...]:
     return tuple(line for line in lines if line and not line.startswith("#"))
 
 
+def turn_credentials(path: Path | None) -> tuple[str, str] | None:
+    """The TURN username and password: the file's, else TURN_ENV's, else None."""
+    text, where = os.environ.get(TURN_ENV), TURN_ENV
+    if path is not None:
+        text, where = path.read_text(), str(path)
+    if not text:
+        return None
+    try:
+        return parse_turn_credentials(text, where)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
@@ -188,8 +202,16 @@ def read_tokens(path: Path) -> tuple[str, ...]:
     "--ice-server",
     multiple=True,
     metavar="URL",
-    help="A STUN server for conversation sessions' ICE (stun:host:port); repeatable.  "
-    "[default: none is contacted]",
+    help="A STUN or TURN server for conversation sessions' ICE (stun:host:port, "
+    "turn:host:port[?transport=tcp], turns:host:port); repeatable. A TURN server's "
+    f"username and password come from {TURN_ENV}=username:password or "
+    "--turn-credentials-file.  [default: none is contacted]",
+)
+@click.option(
+    "--turn-credentials-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A file whose first line is username:password, for the --ice-server turn: URLs "
+    f"(kept out of the command line, which other users can read).  [default: {TURN_ENV}]",
 )
 @click.option(
     "--drain-timeout",
@@ -309,6 +331,7 @@ def serve(
     max_sessions_per_client: int | None,
     ice_address: tuple[str, ...],
     ice_server: tuple[str, ...],
+    turn_credentials_file: Path | None,
     drain_timeout: str,
     token_file: Path | None,
     admin_token_file: Path | None,
@@ -331,6 +354,10 @@ def serve(
     """
     token = os.environ.get(TOKEN_ENV) or None
     tokens = read_tokens(token_file) if token_file is not None else ()
+    turn = turn_credentials(turn_credentials_file)
+    problem = ice_servers_problem(ice_server, turn)
+    if problem:
+        raise click.UsageError(problem)
     admin = os.environ.get(ADMIN_TOKEN_ENV) or None
     if admin_token_file is not None:
         admin = next(iter(read_tokens(admin_token_file)), None)
@@ -399,6 +426,7 @@ def serve(
         max_sessions_per_client=max_sessions_per_client,
         ice_addresses=ice_address,
         ice_servers=ice_server,
+        turn_credentials=turn,
         drain_timeout=drain_timeout,
         token=token,
         tokens=tokens,

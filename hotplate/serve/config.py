@@ -56,6 +56,36 @@ def auto_workers(renderer: str, cores: int | None = None) -> int:
     return max(1, cores // CORES_PER_RENDER.get(renderer, cores))
 
 
+TURN_ENV = "HOTPLATE_TURN_CREDENTIALS"  # username:password for --ice-server turn:...
+ICE_SCHEMES = ("stun:", "turn:", "turns:")
+
+
+def is_turn(url: str) -> bool:
+    return url.startswith(("turn:", "turns:"))
+
+
+def ice_servers_problem(urls: tuple[str, ...], credentials: tuple[str, str] | None) -> str | None:
+    """What is wrong with the ICE servers a server was given, in one line, or None."""
+    for url in urls:
+        if not url.startswith(ICE_SCHEMES):
+            return f"--ice-server {url}: an ICE server is stun:host:port, turn:host:port or turns:host:port"
+        if is_turn(url) and credentials is None:
+            return (
+                f"--ice-server {url}: a TURN server needs a username and password: set "
+                f"{TURN_ENV}=username:password or --turn-credentials-file FILE"
+            )
+    return None
+
+
+def parse_turn_credentials(text: str, where: str) -> tuple[str, str]:
+    """(username, password) from "username:password" (the first line of `text`)."""
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    username, colon, password = line.partition(":")
+    if not (username and colon and password):
+        raise ValueError(f"{where}: TURN credentials are one line, username:password")
+    return username, password
+
+
 @dataclass
 class ServeConfig:
     settings: Settings
@@ -90,6 +120,18 @@ class ServeConfig:
     # loopback, else every interface's), and STUN/TURN URLs (none: none is contacted)
     ice_addresses: tuple[str, ...] = ()
     ice_servers: tuple[str, ...] = ()
+    # (username, password) for the turn: and turns: URLs among them (TURN_ENV)
+    turn_credentials: tuple[str, str] | None = None
+
+    def ice_server_entries(self) -> list[dict]:
+        """RTCIceServer's fields per ICE server: a TURN URL with the TURN credentials."""
+        out = []
+        for url in self.ice_servers:
+            entry = {"urls": url}
+            if is_turn(url) and self.turn_credentials is not None:
+                entry["username"], entry["credential"] = self.turn_credentials
+            out.append(entry)
+        return out
 
     @property
     def data(self) -> Path:

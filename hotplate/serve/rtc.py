@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import fractions
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -243,7 +244,7 @@ class Peer:
 async def answer(
     offer_sdp: str,
     conv,
-    ice_servers: Sequence[str] = (),
+    ice_servers: Sequence[dict] = (),
     on_message: Callable[[str], None] | None = None,
 ) -> tuple[Peer, str]:
     """The peer connection for a WHEP offer and its SDP answer; ValueError (one line) for
@@ -254,7 +255,7 @@ async def answer(
         raise ValueError("the offer is not an SDP description (it must start with v=0)")
     loop = asyncio.get_running_loop()
     # a list, even empty: aiortc's default (None) asks a public STUN server
-    config = RTCConfiguration(iceServers=[RTCIceServer(urls=u) for u in ice_servers])
+    config = RTCConfiguration(iceServers=[RTCIceServer(**server) for server in ice_servers])
     pc = RTCPeerConnection(configuration=config)
     pump = FramePump(conv, loop)
     peer = Peer(pc, pump, asyncio.Event(), loop.create_future())
@@ -296,6 +297,17 @@ async def answer(
         if "audio" in kinds:
             pc.addTrack(audio_track(pump))
         await pc.setLocalDescription(await pc.createAnswer())
+        turn = [s["urls"] for s in ice_servers if "credential" in s]
+        if turn and " typ relay" not in pc.localDescription.sdp:
+            # aioice leaves a relay candidate out without a word when the server refuses;
+            # a worker's stderr is the server's log (workers.py prints there too)
+            print(
+                f"hotplate serve: no relay candidate from TURN server {', '.join(turn)}: it "
+                "did not answer or refused the credentials (HOTPLATE_TURN_CREDENTIALS or "
+                "--turn-credentials-file)",
+                file=sys.stderr,
+                flush=True,
+            )
     except ValueError:
         await pc.close()
         raise

@@ -19,10 +19,13 @@ import pytest
 
 from cachestore.leases import live_leases
 from cachestore.store import forget_store, open_store
+from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio
+from hotplate.serve.config import TURN_ENV
 from pipeline.hot import load_assets
 from testkit.mouth_reader import AT_REST, OPEN, MouthReader
 from testkit.serve_helpers import Server, assert_problem, make_world, wait_state
+from testkit.turn import Coturn
 from testkit.webrtc_peer import WhepPeer, audio_since, rms
 
 pytestmark = pytest.mark.slow
@@ -394,3 +397,52 @@ def test_sessions_need_the_token_and_answer_only_their_client(tmp_path):
         sid, took = asyncio.run(drained_while_playing())
         assert srv.proc.returncode == 0 and took < 30, (srv.proc.returncode, took)
         assert "the server is shutting down" in "\n".join(ended_lines(srv, sid))
+
+
+def test_a_turn_server_relays_with_its_credentials_and_a_refusal_is_one_line(tmp_path):
+    """A real coturn on loopback (long-term credentials): with the right ones the answer
+    carries its relay candidate and coturn logs the allocation under that user; with
+    wrong ones the session still plays over its host candidate and the server says so in
+    one line; a TURN URL with none stops `hotplate serve` at once. (On loopback ICE picks
+    the host pair: what goes through the relay is not tested, only that the server holds
+    one for its peer.)"""
+    world = make_world(tmp_path / "world")
+    secret = tmp_path / "turn.txt"
+    secret.write_text("hot:plate-secret\n")
+    env = {k: v for k, v in os.environ.items() if k != TURN_ENV}
+    with Coturn(tmp_path / "turn", "hot", "plate-secret") as turn:
+        cmd = invocation(world / "personas", world / "cache", "serve")
+        r = subprocess.run(
+            [*cmd, "--ice-server", turn.url], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert r.returncode == 2, r.stderr
+        assert f"--ice-server {turn.url}: a TURN server needs a username and password" in r.stderr
+
+        async def session(srv: Server) -> list[str]:
+            async with httpx.AsyncClient(base_url=srv.url, timeout=120) as c:
+                s = (await c.post("/v1/sessions", json=ASTRO)).json()
+                peer = WhepPeer()
+                answer = await peer.connect(c, s["whep"])
+                assert answer.status_code == 201, answer.text
+                await asyncio.wait_for(peer.received.first_video.wait(), 30)
+                assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
+                await peer.close()
+            return [x for x in answer.text.splitlines() if x.startswith("a=candidate")]
+
+        args = ("--workers", "1", "--ice-server", turn.url)
+        with Server(world, *args, "--turn-credentials-file", str(secret), env=ENV) as srv:
+            precompiled(srv)
+            candidates = asyncio.run(session(srv))
+        relay = [x for x in candidates if " typ relay " in x]
+        assert relay and all(" 127.0.0.1 " in x for x in relay), candidates
+        assert re.search(
+            r"realm <hotplate> user <hot>: incoming packet ALLOCATE processed, success",
+            turn.log_text(),
+        )
+
+        with Server(world, *args, env={**ENV, TURN_ENV: "hot:wrong"}) as srv:
+            candidates = asyncio.run(session(srv))
+            lines = [x for x in srv.log_text().splitlines() if "no relay candidate" in x]
+        assert candidates and not any(" typ relay " in x for x in candidates)
+        assert len(lines) == 1 and turn.url in lines[0] and "refused the credentials" in lines[0]
+        assert "user hot credentials are incorrect" in turn.log_text()

@@ -85,7 +85,7 @@ async def create_session(
         "backend": cfg.settings.renderer,
         "profile": profile,
         "ice_addresses": list(svc.sessions.ice_addresses),
-        "ice_servers": list(cfg.ice_servers),
+        "ice_servers": cfg.ice_server_entries(),
         "max_seconds": svc.sessions.max_seconds,
     }
     names = {"persona": body.persona, "attire": body.attire, "motion": body.motion}
