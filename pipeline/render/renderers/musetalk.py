@@ -261,7 +261,11 @@ class MuseTalkRenderer:
             raise ValueError(f"--device {self._device_name}: this machine has no CUDA; use cpu")
         # fp16 where it is fast and safe (CUDA, as upstream's realtime script); CPU float32.
         self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
-        self._load_models()
+        if getattr(self, "_loaded", None) != (self.device, self.dtype):
+            # once: prepared per fragment (live) or per frame (a conversation), reloading
+            # cost 0.34 s a call, and the new UNet its OpenVINO compile (0.49 s) each time
+            self._load_models()
+            self._loaded = (self.device, self.dtype)
         self._features = _WhisperFeatures(
             self._whisper, self._extractor, audio, self.device, self.dtype
         )
