@@ -219,3 +219,13 @@ def save_tiny_musetalk_models(models_dir: str | Path) -> Path:
     whisper.save_pretrained(models_dir / "whisper-tiny")
     extractor.save_pretrained(models_dir / "whisper-tiny")
     return models_dir
+
+
+def tiny_musetalk_avatar(models_dir: str | Path, n_frames: int = 4) -> tuple[Path, AvatarAssets]:
+    """(models_dir with the tiny weights, an avatar of `n_frames` with their VAE latents)."""
+    from pipeline.nets.vae import encode_latents, load_vae
+
+    models = save_tiny_musetalk_models(models_dir)
+    vae, _ = load_vae(models, "sd-vae-ft-mse")
+    latents = encode_latents(vae, np.array(build_assets(n_frames).crops))
+    return models, build_assets(n_frames, latents=latents)

@@ -196,7 +196,11 @@ class Conversation:
         self._speech = _Speech(self.audio_rate, self.sr)
         self._running = False  # the last frame took speech
         self._hush = False  # interrupted: the next frame's window is silence
-        self._history: deque[np.ndarray] = deque(maxlen=self.context + 1)  # renderer rate
+        # renderer-rate samples of the frames before: silence to begin with, as after an
+        # interrupt (a renderer that rests only after a long enough pause, musetalk's,
+        # drew a talking mouth over the first frames of a short window)
+        self._history: deque[np.ndarray] = deque(maxlen=self.context + 1)
+        self._listen()
         self._t = 0
         self._assets = assets
         self._pending = None  # assets to switch to at the next loop point
@@ -260,7 +264,7 @@ class Conversation:
         n_ren = self._ren_end(t + 1) - self._ren_end(t)
         with self._lock:
             if self._hush:
-                self._history.clear()  # the mouth forgets the cut-off speech
+                self._listen()  # the mouth forgets the cut-off speech
                 self._hush = False
             s = self._speech
             ahead = sum(
@@ -292,6 +296,11 @@ class Conversation:
         pcm = np.clip(np.round(out * 32767.0), -32768, 32767).astype(np.int16)
         self._t += 1
         return Frame(t, video, pcm, ready, onset, opening)
+
+    def _listen(self) -> None:
+        """The history: a window's worth of silence."""
+        n = self._ren_end(1)
+        self._history.extend(np.zeros(n, np.float32) for _ in range(self.context))
 
     def _ren_end(self, t: int) -> int:
         """Renderer-rate samples up to the end of frame t - 1."""

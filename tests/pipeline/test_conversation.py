@@ -13,7 +13,7 @@ import pytest
 from pipeline.render.conversation import Conversation
 from pipeline.render.schedule import frame_index
 from pipeline.yuv import frame_from_rgb, planes
-from testkit.render_fixtures import build_assets, speech
+from testkit.render_fixtures import build_assets, speech, tiny_musetalk_avatar
 
 N = 6  # stored frames: a ping-pong period of 10
 
@@ -151,3 +151,33 @@ def test_a_closed_conversation_says_so(assets):
     conv.close()
     with pytest.raises(RuntimeError, match="closed"):
         conv.next_frame()
+
+
+def test_musetalk_rests_from_the_first_frame_and_right_after_an_interrupt(tmp_path_factory):
+    """musetalk (tiny random weights) rests only after a long enough pause (its silence
+    weight): the conversation's history starts as silence, and an interrupt makes it
+    silence again, so the first frames and those right after an interrupt are the loop
+    at rest, as after a long pause (a short history had it draw its random mouth over
+    the first five frames)."""
+    models, avatar = tiny_musetalk_avatar(tmp_path_factory.mktemp("models"))
+    with Conversation(avatar, backend="musetalk", models_dir=models) as conv:
+        assert conv.look == 2
+        idle = [conv.next_frame() for _ in range(6)]
+        conv.push_speech(pcm(1.0, 16000), 16000, 1)
+        conv.end_of_turn()
+        turn = [conv.next_frame() for _ in range(28)]
+        after = [conv.next_frame() for _ in range(20)]
+        conv.push_speech(pcm(3.0, 16000, seed=1), 16000, 1)
+        conv.end_of_turn()
+        cut = [conv.next_frame() for _ in range(8)]
+        conv.interrupt()
+        rest = [conv.next_frame() for _ in range(3)]
+    # the loop at rest: each stored frame as the last 10 frames of a long pause show it
+    at_rest = {frame_index(f.index, 4): luma(f.video) for f in after[-10:]}
+    assert len(at_rest) == 4
+
+    def resting(f) -> bool:
+        return np.array_equal(luma(f.video), at_rest[frame_index(f.index, 4)])
+
+    assert all(resting(f) for f in idle + rest)
+    assert sum(not resting(f) for f in turn) >= 20 and not any(resting(f) for f in cut[3:])

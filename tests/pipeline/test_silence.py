@@ -7,7 +7,7 @@ from hotplate.demo_data import make_speech_audio
 from pipeline.render.renderers.musetalk import MuseTalkRenderer
 from pipeline.render.renderers.warp import WarpRenderer
 from pipeline.render.silence import SilenceParams, rest_weight, speech_weight
-from testkit.render_fixtures import build_assets, full_mask, save_tiny_musetalk_models
+from testkit.render_fixtures import build_assets, full_mask, tiny_musetalk_avatar
 
 FPS = 25.0
 
@@ -84,12 +84,7 @@ def test_warp_holds_the_closed_pose_during_silence_without_a_pop():
 
 @pytest.fixture(scope="module")
 def musetalk(tmp_path_factory):
-    from pipeline.nets.vae import encode_latents, load_vae
-
-    models = save_tiny_musetalk_models(tmp_path_factory.mktemp("models"))
-    vae, _ = load_vae(models, "sd-vae-ft-mse")
-    latents = encode_latents(vae, np.array(build_assets(4).crops))
-    return models, build_assets(4, latents=latents)
+    return tiny_musetalk_avatar(tmp_path_factory.mktemp("models"))
 
 
 def test_musetalk_blends_back_to_the_stored_frame_during_silence(musetalk):
