@@ -321,15 +321,7 @@ async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, second
 # plays them after its own lip sync (webrtc-stats, estimatedPlayoutTimestamp).
 # With it, each track's mean jitter-buffer delay so far (s), which a picture or a sound
 # waits in the browser before it plays.
-PLAYOUT = """async () => {
-  const out = {};
-  (await talk.pc.getStats()).forEach((s) => {
-    if (s.type === 'inbound-rtp' && s.estimatedPlayoutTimestamp)
-      out[s.kind] = [s.estimatedPlayoutTimestamp - s.timestamp,
-                     s.jitterBufferDelay / Math.max(s.jitterBufferEmittedCount, 1)];
-  });
-  return out;
-}"""
+PLAYOUT = "() => window.hotplateTalk.playout()"  # per track: {plays, waits}, ms (app.js)
 
 
 # Reading each shown picture back costs the page a canvas copy and its luma in script:
@@ -374,7 +366,7 @@ def in_chromium(bench: Bench, srv, reader, size: str, inputs: dict, seconds: flo
             if aligned is None and (page.evaluate(ALIGNED) is not None or now > 30):
                 aligned = max(now, sync_from - 1)
             if len(playout) == 2:
-                trace.append((now, playout["audio"][0] - playout["video"][0]))
+                trace.append((now, playout["audio"]["plays"] - playout["video"]["plays"]))
                 if aligned is not None and now >= aligned + 1:
                     offsets.append(trace[-1][1])
                     buffered = playout
@@ -405,7 +397,7 @@ def in_chromium(bench: Bench, srv, reader, size: str, inputs: dict, seconds: flo
         f"from {aligned + 1:.0f} s after connecting (webrtc-stats "
         f"estimatedPlayoutTimestamp); the page asked pictures to wait {waited} ms; "
         "mean jitter-buffer wait: pictures "
-        f"{1000 * buffered['video'][1]:.0f} ms, sound {1000 * buffered['audio'][1]:.0f} ms",
+        f"{buffered['video']['waits']:.0f} ms, sound {buffered['audio']['waits']:.0f} ms",
     )
 
 

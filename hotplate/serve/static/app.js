@@ -513,7 +513,7 @@ function toggleLive() {
 // window.hotplateTalk.
 
 const talk = { session: null, pc: null, mic: null, channel: null, ws: null, micOn: true, aligned: null };
-window.hotplateTalk = { state: "idle", id: null, connected: false, firstFrameSeconds: null, error: null, pictureWaitMs: null };
+window.hotplateTalk = { state: "idle", id: null, connected: false, firstFrameSeconds: null, error: null, pictureWaitMs: null, playout: () => playout(talk.pc) };
 
 function talkState(text) {
   $("talk-state").textContent = text;
@@ -594,6 +594,19 @@ async function startTalk() {
 // agree within 20 ms (the first ones, around the first sender reports, jump by 100s of
 // ms), ask the pictures to wait as much longer as they lead; once only, since the
 // browser's lip sync may later lengthen the sound's wait, which must not feed back here.
+// Per track (audio, video) once known: what it plays now on its sender's clock less this
+// page's clock (plays, ms) and its mean jitter-buffer wait so far (waits, ms). Also
+// window.hotplateTalk.playout(), which bench_webrtc reads.
+async function playout(pc) {
+  const at = {};
+  if (!pc) return at;
+  (await pc.getStats()).forEach((s) => {
+    if (s.type === "inbound-rtp" && s.estimatedPlayoutTimestamp && s.jitterBufferEmittedCount)
+      at[s.kind] = { plays: s.estimatedPlayoutTimestamp - s.timestamp, waits: 1000 * s.jitterBufferDelay / s.jitterBufferEmittedCount };
+  });
+  return at;
+}
+
 async function alignPictures(pc) {
   const video = pc.getReceivers().find((r) => r.track.kind === "video");
   if (!video || !("jitterBufferTarget" in video) || talk.aligned === pc) return;
@@ -601,11 +614,7 @@ async function alignPictures(pc) {
   const leads = [];
   for (let tries = 0; tries < 60 && talk.pc === pc; tries++) {
     await new Promise((resolve) => setTimeout(resolve, 500));
-    const at = {};
-    (await pc.getStats()).forEach((s) => {
-      if (s.type === "inbound-rtp" && s.estimatedPlayoutTimestamp && s.jitterBufferEmittedCount)
-        at[s.kind] = { plays: s.estimatedPlayoutTimestamp - s.timestamp, waits: 1000 * s.jitterBufferDelay / s.jitterBufferEmittedCount };
-    });
+    const at = await playout(pc);
     if (!at.audio || !at.video) continue;
     leads.push(at.video.plays - at.audio.plays);  // ms the picture shows before its sound
     const last = leads.slice(-3);
