@@ -588,12 +588,6 @@ async function startTalk() {
   setMic(true);
 }
 
-// Chromium buffers sound about 65 ms and pictures about 8 ms, so until its own lip sync
-// catches up (8-20 s) each picture shows before its sound. Once the stats say when each
-// track plays (its sender's clock at playout) and three readings half a second apart
-// agree within 20 ms (the first ones, around the first sender reports, jump by 100s of
-// ms), ask the pictures to wait as much longer as they lead; once only, since the
-// browser's lip sync may later lengthen the sound's wait, which must not feed back here.
 // Per track (audio, video) once known: what it plays now on its sender's clock less this
 // page's clock (plays, ms) and its mean jitter-buffer wait so far (waits, ms). Also
 // window.hotplateTalk.playout(), which bench_webrtc reads.
@@ -607,6 +601,12 @@ async function playout(pc) {
   return at;
 }
 
+// Chromium buffers sound about 65 ms and pictures about 8 ms, so until its own lip sync
+// catches up (8-20 s) each picture shows before its sound. Once the stats say when each
+// track plays (its sender's clock at playout) and three readings half a second apart
+// agree within 20 ms (the first ones, around the first sender reports, jump by 100s of
+// ms), ask the pictures to wait as much longer as they lead; once only, since the
+// browser's lip sync may later lengthen the sound's wait, which must not feed back here.
 async function alignPictures(pc) {
   const video = pc.getReceivers().find((r) => r.track.kind === "video");
   if (!video || !("jitterBufferTarget" in video) || talk.aligned === pc) return;
