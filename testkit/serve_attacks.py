@@ -55,7 +55,7 @@ class ChunkedUpload:
     """POST a multipart render form as a chunked stream of `total` zero bytes of "audio"
     over a raw socket, reading the answer while it sends (as a real client would), and
     calling `measure()` after every chunk. Stops sending when the server answers or hangs
-    up, then reads the answer to its end.
+    up, then reads the answer to its end (its stated length, or the hang-up).
 
     One thread does both directions through a selector: an SSL socket read in one thread
     while another writes to it is outside OpenSSL's rules (an SSL object is not shared by
@@ -127,6 +127,9 @@ class ChunkedUpload:
                             if sending and b"\r\n\r\n" in self.answer:
                                 sending = False  # answered: a client stops sending
                                 sel.modify(sock, selectors.EVENT_READ)
+                            # a proxy keeps the connection open (nginx: 75 s): stop at
+                            # the answer's end, not at the hang-up
+                            reading = not _complete(self.answer)
                     if sending and any(mask & selectors.EVENT_WRITE for _, mask in events):
                         try:
                             view = view[sock.send(view[: 1 << 16]) :]
@@ -150,6 +153,23 @@ class ChunkedUpload:
         status_line = self.answer.split(b"\r\n", 1)[0].decode("latin-1")
         assert status_line.startswith("HTTP/1.1 "), f"no HTTP answer: {self.answer[:200]!r}"
         return int(status_line.split()[1]), largest
+
+
+def _complete(answer: bytes) -> bool:
+    """Whether `answer` holds a whole HTTP response: its head and then the body its
+    Content-Length counts, or a chunked body's last chunk."""
+    head, sep, body = answer.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    fields = {
+        k.strip().lower(): v.strip()
+        for k, _, v in (line.partition(b":") for line in head.split(b"\r\n")[1:])
+    }
+    if b"content-length" in fields:
+        return len(body) >= int(fields[b"content-length"])
+    if fields.get(b"transfer-encoding", b"").lower() == b"chunked":
+        return body.endswith(b"0\r\n\r\n")
+    return False
 
 
 def write_flac(path: Path, seconds: float, rate: int = 8000, noise: bool = False) -> Path:
