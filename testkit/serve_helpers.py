@@ -3,6 +3,7 @@ generated personas for it (shared by tests/hotplate/test_serve_*.py and bench_se
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -162,3 +163,27 @@ def store_counters(cache: Path) -> dict:
     from cachestore.store import open_store
 
     return store_stats(open_store(cache, readonly=True)).counters
+
+
+def precompiled(srv: Server, attire: str = "studio") -> str:
+    """astro in `attire`, precompiled through `srv`: its avatar key."""
+    with srv.client() as c:
+        job = c.post("/v1/precompile", data={"persona": "astro", "attire": attire}).json()
+        done = wait_state(c, job["id"], ("done", "failed"))
+    assert done["state"] == "done", done
+    return done["avatar"]
+
+
+async def speak(url: str, session: dict, data: bytes, rate: int = 24000, end: bool = True):
+    """The speech WebSocket of `session` on `url`, opened and sent `data` (s16le mono at
+    `rate`) in 9600-byte messages (200 ms at 24 kHz), then end_of_turn if `end`; still
+    open."""
+    import websockets
+
+    ws = await websockets.connect(url.replace("http", "ws", 1) + session["speech"])
+    await ws.send(json.dumps({"sample_rate": rate, "channels": 1, "format": "s16le"}))
+    for at in range(0, len(data), 9600):
+        await ws.send(data[at : at + 9600])
+    if end:
+        await ws.send(json.dumps({"type": "end_of_turn"}))
+    return ws

@@ -24,7 +24,7 @@ from hotplate.demo_data import make_speech_audio
 from hotplate.serve.config import TURN_ENV
 from pipeline.hot import load_assets
 from testkit.mouth_reader import AT_REST, OPEN, MouthReader
-from testkit.serve_helpers import Server, assert_problem, make_world, wait_state
+from testkit.serve_helpers import Server, assert_problem, make_world, precompiled, speak
 from testkit.turn import Coturn
 from testkit.webrtc_peer import WhepPeer, audio_since, rms
 
@@ -32,14 +32,6 @@ pytestmark = pytest.mark.slow
 ICE_TIMEOUT = 3.0  # s: HOTPLATE_SESSION_ICE_TIMEOUT for these servers
 ASTRO = {"persona": "astro", "attire": "studio"}
 ENV = {"HOTPLATE_SESSION_ICE_TIMEOUT": str(ICE_TIMEOUT), "HOTPLATE_SESSION_OFFER_TIMEOUT": "30"}
-
-
-def precompiled(srv: Server, attire: str = "studio") -> str:
-    with srv.client() as c:
-        job = c.post("/v1/precompile", data={"persona": "astro", "attire": attire}).json()
-        done = wait_state(c, job["id"], ("done", "failed"))
-    assert done["state"] == "done", done
-    return done["avatar"]
 
 
 @pytest.fixture(scope="module")
@@ -99,18 +91,6 @@ async def wait_ended_line(srv: Server, sid: str, timeout: float = 20.0) -> str:
 
 def openings(peer: WhepPeer, reader: MouthReader, since: float, until_t: float = 1e18):
     return [(t, *reader.read(luma)) for t, luma in peer.received.video if since <= t < until_t]
-
-
-async def speak(url: str, session: dict, data: bytes, rate: int = 24000, end: bool = True):
-    import websockets
-
-    ws = await websockets.connect(url.replace("http", "ws", 1) + session["speech"])
-    await ws.send(json.dumps({"sample_rate": rate, "channels": 1, "format": "s16le"}))
-    for at in range(0, len(data), 9600):
-        await ws.send(data[at : at + 9600])
-    if end:
-        await ws.send(json.dumps({"type": "end_of_turn"}))
-    return ws
 
 
 def test_a_session_listens_talks_and_is_interrupted(server, world, reader):
