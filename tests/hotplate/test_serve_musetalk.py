@@ -12,7 +12,15 @@ crops, sd-vae/).
 import pytest
 
 from pipeline.precompile.recipe import Recipe
-from testkit.serve_helpers import Server, make_world, mp4_facts, post_render, speech
+from testkit.serve_helpers import (
+    Server,
+    make_world,
+    mp4_facts,
+    post_render,
+    precompiled,
+    speak,
+    speech,
+)
 from tests.pipeline.parity_fixtures import save_upstream_models
 
 pytestmark = pytest.mark.slow
@@ -46,16 +54,13 @@ def test_a_conversation_session_renders_with_musetalk(world):
     its window (~0.3 s), so the session runs behind its clock: pictures are counted, not
     timed."""
     import asyncio
-    import json
 
     import httpx
-    import websockets
 
     from cachestore.store import forget_store, open_store
     from hotplate.demo_data import make_speech_audio
     from pipeline.hot import load_assets
     from testkit.mouth_reader import AT_REST, MouthReader
-    from testkit.serve_helpers import wait_state
     from testkit.webrtc_peer import WhepPeer, audio_since, rms
 
     env = {"HOTPLATE_DETECTOR": "dlib", "HOTPLATE_LANDMARKS": Recipe().landmarks}
@@ -76,10 +81,7 @@ def test_a_conversation_session_renders_with_musetalk(world):
             peer = WhepPeer()
             assert (await peer.connect(c, s["whep"])).status_code == 201
             await pictures(peer, 10)
-            ws = await websockets.connect(srv.url.replace("http", "ws", 1) + s["speech"])
-            await ws.send(json.dumps({"sample_rate": 24000, "channels": 1, "format": "s16le"}))
-            await ws.send(pcm)
-            await ws.send(json.dumps({"type": "end_of_turn"}))
+            ws = await speak(srv.url, s, pcm)
             spoke, at = len(peer.received.video), peer.received.video[-1][0]
             await pictures(peer, spoke + 50)
             await ws.close()
@@ -98,13 +100,10 @@ def test_a_conversation_session_renders_with_musetalk(world):
         return figures
 
     with Server(world, "--workers", "1", env=env) as srv:
-        with srv.client() as c:
-            job = c.post("/v1/precompile", data={"persona": "astro", "attire": "studio"}).json()
-            done = wait_state(c, job["id"], ("done", "failed"))
-        assert done["state"] == "done", done
+        avatar = precompiled(srv)
         store = open_store(world / "cache")
         try:
-            figures = asyncio.run(run(srv, MouthReader(load_assets(store, done["avatar"]))))
+            figures = asyncio.run(run(srv, MouthReader(load_assets(store, avatar))))
         finally:
             forget_store(world / "cache")
     # (behind its clock, the session sends late pictures in bursts and its video track
