@@ -232,6 +232,7 @@ class MuseTalkRenderer:
         self._assets: AvatarAssets | None = None
         self.silence = silence
         self._speak = np.ones(0, np.float32)
+        self._loaded: tuple | None = None  # (device, dtype) the models were loaded for
 
     # 1. models and audio features
     def prepare(
@@ -261,7 +262,7 @@ class MuseTalkRenderer:
             raise ValueError(f"--device {self._device_name}: this machine has no CUDA; use cpu")
         # fp16 where it is fast and safe (CUDA, as upstream's realtime script); CPU float32.
         self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
-        if getattr(self, "_loaded", None) != (self.device, self.dtype):
+        if self._loaded != (self.device, self.dtype):
             # once: prepared per fragment (live) or per frame (a conversation), reloading
             # cost 0.34 s a call, and the new UNet its OpenVINO compile (0.49 s) each time
             self._load_models()
