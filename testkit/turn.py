@@ -29,7 +29,7 @@ def turnserver_binary() -> str:
 
 def stun_answers(port: int, timeout: float = 0.5) -> bool:
     """A STUN Binding request to 127.0.0.1:port got an answer."""
-    request = bytes.fromhex("0001 0000 2112a442".replace(" ", "")) + os.urandom(12)
+    request = bytes.fromhex("0001 0000 2112a442") + os.urandom(12)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.settimeout(timeout)
         try:
