@@ -35,6 +35,28 @@ class Received:
     reports: dict = field(default_factory=dict)
 
 
+def without_candidates(sdp: str) -> str:
+    """`sdp` with its candidate lines left out, as a player that trickles offers."""
+    keep = [line for line in sdp.splitlines(keepends=True) if not _candidate_line(line)]
+    return "".join(keep)
+
+
+def trickle_fragment(sdp: str) -> str:
+    """The trickle ICE fragment (RFC 8840) of `sdp`'s first m-line, bundled: its ICE
+    credentials, m-line, mid, candidates and end-of-candidates."""
+    head, _, rest = sdp.partition("\r\nm=")
+    first = ("m=" + rest).split("\r\nm=")[0].split("\r\n")
+    lines = head.split("\r\n") + first
+    pick = [next(x for x in lines if x.startswith(p)) for p in ("a=ice-ufrag:", "a=ice-pwd:")]
+    pick += [first[0], next(x for x in first if x.startswith("a=mid:"))]
+    pick += [x for x in first if _candidate_line(x)]
+    return "\r\n".join(pick) + "\r\n"
+
+
+def _candidate_line(line: str) -> bool:
+    return line.startswith(("a=candidate:", "a=end-of-candidates"))
+
+
 def microphone(samples: np.ndarray):
     """An audio track playing `samples` (int16 mono, 48 kHz) in real time, then silence."""
     import av
@@ -120,14 +142,22 @@ class WhepPeer:
         await self.pc.setLocalDescription(await self.pc.createOffer())
         return self.pc.localDescription.sdp
 
-    async def connect(self, client, whep: str, answer: bool = True):
+    async def connect(self, client, whep: str, answer: bool = True, candidates: str = "offer"):
         """POST the offer; with `answer`, apply the answer (False: a peer that never
-        completes ICE)."""
+        completes ICE). `candidates`: "offer" (in it), "patch" (an offer without them,
+        then WHEP's trickle PATCH of them, before this peer starts its checks) or "none"
+        (the server learns this peer's address from its checks alone)."""
         from aiortc import RTCSessionDescription
 
         sdp = await self.offer()
         self.offered = time.monotonic()
-        r = await client.post(whep, content=sdp, headers={"content-type": "application/sdp"})
+        offered = sdp if candidates == "offer" else without_candidates(sdp)
+        r = await client.post(whep, content=offered, headers={"content-type": "application/sdp"})
+        if r.status_code == 201 and candidates == "patch":
+            fragment = trickle_fragment(sdp)
+            headers = {"content-type": "application/trickle-ice-sdpfrag"}
+            patched = await client.patch(r.headers["location"], content=fragment, headers=headers)
+            assert patched.status_code == 204, patched.text
         if r.status_code == 201 and answer:
             await self.pc.setRemoteDescription(RTCSessionDescription(r.text, "answer"))
             for receiver in self.pc.getReceivers():

@@ -153,8 +153,8 @@ def create_app(config: ServeConfig) -> FastAPI:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(config.allow_origins),
-            allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["authorization"],
+            allow_methods=["GET", "POST", "DELETE", "PATCH"],  # PATCH: WHEP's trickle ICE
+            allow_headers=["authorization", "if-match"],
             expose_headers=["x-request-id", "location", "x-hotplate-job", "x-hotplate-cache"],
         )
     app.add_middleware(RequestTimer, metrics=metrics)

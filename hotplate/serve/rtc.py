@@ -11,7 +11,8 @@ channel in. It runs in the render worker that holds the session (talk.py).
   90 kHz, audio 20 ms frames of 48 kHz mono).
 - `answer(offer)`: the peer connection for a WHEP offer (recvonly, or sendrecv audio
   with the microphone), its tracks added, the answer with every host candidate in it
-  (no trickle: WHEP players and the page take one answer).
+  (the server does not trickle: WHEP players and the page take one answer; a player may
+  trickle its own candidates after its offer, trickle.py).
 - `configure_ice(addresses, ...)`: which local addresses are candidates. aioice leaves
   127.0.0.1 out of its host candidates (aioice.ice.get_host_addresses skips it, with no
   option to keep it), so a server bound to loopback would offer none: the function is

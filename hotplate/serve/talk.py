@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hotplate.serve import talk_wire as wire
+from hotplate.serve.trickle import TrickleError, add_candidates, remote_candidate_types
 
 CONNECT_TIMEOUT = 15.0  # s from ready: the server connects to the control socket
 # s from ready: a session no player connects to ends
@@ -97,6 +98,7 @@ class TalkSession:
         self.pushed = 0  # bytes of PCM pushed, per (rate, channels) below
         self.speech_seconds = 0.0
         self.offered: float | None = None  # monotonic time of the offer
+        self.trickled = 0  # candidates the player sent after its offer (PATCH)
         self.tasks: set[asyncio.Task] = set()
 
     def end(self, why: str) -> None:
@@ -162,6 +164,10 @@ class TalkSession:
             if s.first_frame is not None and self.offered is not None:
                 out["first_frame_seconds"] = round(s.first_frame - self.offered, 4)
             out["handover_seconds"] = [round(h - o, 4) for o, h in s.onsets]
+            out["ice"] = {
+                "trickled": self.trickled,
+                "remote_candidates": remote_candidate_types(self.peer.pc),
+            }
         return out
 
     def _spawn(self, coro) -> asyncio.Task:
@@ -218,6 +224,8 @@ class TalkSession:
             await self._reply(msg, self.figures())
         elif op == "offer":
             self._spawn(self._offer(msg))
+        elif op == "candidates":
+            await self._candidates(msg)
         elif op == "switch":
             self._spawn(self._switch(msg))
         else:
@@ -267,6 +275,19 @@ class TalkSession:
         self.peer = peer
         await self._reply(msg, {"sdp": sdp})
         self._spawn(self._watch(peer))
+
+    async def _candidates(self, msg: dict) -> None:
+        if self.peer is None:
+            error = "this session has no peer yet: POST the offer to its whep URL first"
+            await self._reply(msg, {"error": error, "status": 409})
+            return
+        try:
+            added = await add_candidates(self.peer.pc, str(msg.get("sdpfrag") or ""))
+        except TrickleError as exc:
+            await self._reply(msg, {"error": str(exc), "status": exc.status})
+            return
+        self.trickled += added
+        await self._reply(msg, {"added": added})
 
     async def _watch(self, peer) -> None:
         try:

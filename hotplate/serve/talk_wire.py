@@ -9,6 +9,7 @@ sample rate (4 bytes) | channels (1 byte) | s16le interleaved samples.
 
 server -> worker: {"op": "offer", "id", "sdp"} -> {"id", "sdp"} | {"id", "error", "status"};
                   {"op": "switch", "id", "persona", "attire", "motion"} -> {"id"} | error;
+                  {"op": "candidates", "id", "sdpfrag"} -> {"id", "added"} | error;
                   {"op": "stats", "id"} -> {"id", ...figures};
                   {"op": "end_of_turn"}, {"op": "interrupt"}, {"op": "hangup", "why"}; PCM.
 worker -> server: the answers, and {"event": "connected"}, {"event": "ended", "why"}.

@@ -26,7 +26,7 @@ from pipeline.hot import load_assets
 from testkit.mouth_reader import AT_REST, OPEN, MouthReader
 from testkit.serve_helpers import Server, assert_problem, make_world, precompiled, speak
 from testkit.turn import Coturn
-from testkit.webrtc_peer import WhepPeer, audio_since, rms
+from testkit.webrtc_peer import WhepPeer, audio_since, rms, trickle_fragment
 
 pytestmark = pytest.mark.slow
 ICE_TIMEOUT = 3.0  # s: HOTPLATE_SESSION_ICE_TIMEOUT for these servers
@@ -219,6 +219,66 @@ def test_a_malformed_offer_or_a_peer_that_never_connects_ends_that_session_alone
             assert (await c.get(f"/v1/sessions/{good['id']}")).status_code == 200
             await c.delete(f"/v1/sessions/{good['id']}")
             await peer.close()
+
+    asyncio.run(run())
+
+
+def test_a_player_trickles_its_candidates_after_its_offer(server):
+    """WHEP's trickle ICE: an offer with no candidates, then a PATCH of them as an SDP
+    fragment before the player starts its checks. ICE knows the player's address from
+    the PATCH (a host candidate), and the session plays. The same offer with no PATCH
+    connects too, on an address ICE learnt from the checks alone (prflx): the figure
+    tells the two apart. An ICE restart, a wrong type, a bad candidate, a PATCH before
+    the offer or after end-of-candidates: one line each, and the session plays on."""
+    frag_type = {"content-type": "application/trickle-ice-sdpfrag"}
+
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            s = (await c.post("/v1/sessions", json=ASTRO)).json()
+            location = f"/v1/sessions/{s['id']}/whep/peer"
+            early = await c.patch(location, content=b"a=end-of-candidates", headers=frag_type)
+            assert_problem(early, 409, "POST the offer")
+            peer = WhepPeer()
+            r = await peer.connect(c, s["whep"], candidates="patch")
+            assert r.headers["location"] == location
+            await asyncio.wait_for(peer.received.first_video.wait(), 30)
+            ice = (await c.get(f"/v1/sessions/{s['id']}")).json()["ice"]
+            assert ice["trickled"] >= 1 and ice["remote_candidates"].get("host", 0) >= 1, ice
+            assert "prflx" not in ice["remote_candidates"], ice
+
+            fragment = trickle_fragment(peer.pc.localDescription.sdp)
+            wrong = await c.patch(
+                location, content=fragment, headers={"content-type": "text/plain"}
+            )
+            assert_problem(wrong, 415, "application/trickle-ice-sdpfrag")
+            restart = await c.patch(
+                location, content=fragment, headers={**frag_type, "if-match": "*"}
+            )
+            assert_problem(restart, 422, "ICE restarts are not supported")
+            other = re.sub(r"a=ice-ufrag:\S+", "a=ice-ufrag:another", fragment)
+            assert_problem(
+                await c.patch(location, content=other, headers=frag_type), 422, "restart"
+            )
+            bad = "a=mid:0\r\na=candidate:1 1 udp\r\n"
+            assert_problem(await c.patch(location, content=bad, headers=frag_type), 400, "RFC 8839")
+            # the fragment said end-of-candidates: a candidate after it is refused
+            more = fragment.replace("a=end-of-candidates\r\n", "")
+            late = await c.patch(location, content=more, headers=frag_type)
+            assert_problem(late, 400, "end-of-candidates")
+            now = time.monotonic()
+            await until(lambda: any(t > now for t, _ in peer.received.video), 10, "video")
+            assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
+            await peer.close()
+
+            # the control: no candidates sent at all, learnt from the checks
+            s = (await c.post("/v1/sessions", json=ASTRO)).json()
+            blind = WhepPeer()
+            assert (await blind.connect(c, s["whep"], candidates="none")).status_code == 201
+            await asyncio.wait_for(blind.received.first_video.wait(), 30)
+            ice = (await c.get(f"/v1/sessions/{s['id']}")).json()["ice"]
+            assert ice["trickled"] == 0 and set(ice["remote_candidates"]) == {"prflx"}, ice
+            assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
+            await blind.close()
 
     asyncio.run(run())
 

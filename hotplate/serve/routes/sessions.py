@@ -6,6 +6,7 @@
   `GET /v1/sessions/{id}` its figures; `DELETE /v1/sessions/{id}` ends it (204).
 - `whep`: POST an SDP offer (`application/sdp`) -> 201 with the answer and a `Location`
   (`.../whep/peer`) whose DELETE ends the session; one peer per session (409 after).
+  A PATCH of `.../whep/peer` trickles the player's later candidates (trickle.py).
 - `speech`: a WebSocket: first text {"sample_rate", "channels", "format": "s16le"},
   then binary PCM as it is spoken, {"type": "end_of_turn"} between utterances (and
   {"type": "interrupt"}); the session outlives the socket and its turns. Or a POST of
@@ -144,6 +145,27 @@ async def whep_delete(svc: Svc, caller: Caller, session_id: str) -> Response:
     """The WHEP resource: its DELETE closes the peer and so ends the session."""
     s = svc.sessions.get(session_id, caller)
     await svc.sessions.end(s, "the WHEP resource was deleted")
+    return Response(status_code=204)
+
+
+@router.patch("/v1/sessions/{session_id}/whep/peer", status_code=204)
+async def whep_candidates(svc: Svc, caller: Caller, session_id: str, request: Request) -> Response:
+    """WHEP's trickle ICE: the player's candidates after its offer, as an SDP fragment
+    (`application/trickle-ice-sdpfrag`, RFC 8840) -> 204. An ICE restart (`If-Match: *`,
+    or the fragment's ice-ufrag not the offer's) is not supported: 422."""
+    from hotplate.serve.trickle import MEDIA_TYPE, NO_RESTART
+
+    s = svc.sessions.get(session_id, caller)
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != MEDIA_TYPE:
+        raise Problem(415, f"send the candidates as {MEDIA_TYPE}, not {kind or 'no type'!r}")
+    if request.headers.get("if-match", "").strip() == "*":
+        raise Problem(422, NO_RESTART)
+    fragment = await request.body()
+    if len(fragment) > MAX_OFFER:
+        raise Problem(413, f"an SDP fragment of {len(fragment)} bytes is over {MAX_OFFER}")
+    op = {"op": "candidates", "sdpfrag": fragment.decode("utf-8", "replace")}
+    await svc.sessions.call(s, op)
     return Response(status_code=204)
 
 
