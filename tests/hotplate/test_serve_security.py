@@ -257,6 +257,17 @@ def test_an_allowed_origin_may_post(server):
             headers={"Origin": STUDIO, "Access-Control-Request-Method": "POST"},
         )
         assert preflight.headers["access-control-allow-origin"] == STUDIO
+        # a WHEP player on the studio's page trickles its candidates (PATCH, If-Match)
+        trickle = c.options(
+            "/v1/sessions/s/whep/peer",
+            headers={
+                "Origin": STUDIO,
+                "Access-Control-Request-Method": "PATCH",
+                "Access-Control-Request-Headers": "content-type, if-match",
+            },
+        )
+        assert trickle.status_code == 200, trickle.text
+        assert "PATCH" in trickle.headers["access-control-allow-methods"]
         assert_problem(c.post("/v1/precompile", data=form, headers={"Origin": "http://x.y"}), 403)
 
 
