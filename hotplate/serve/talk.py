@@ -224,8 +224,8 @@ class TalkSession:
             await self._reply(msg, self.figures())
         elif op == "offer":
             self._spawn(self._offer(msg))
-        elif op == "candidates":
-            await self._candidates(msg)
+        elif op == "candidates":  # a task: a player's mDNS name takes a lookup
+            self._spawn(self._candidates(msg))
         elif op == "switch":
             self._spawn(self._switch(msg))
         else:
@@ -285,6 +285,10 @@ class TalkSession:
             added = await add_candidates(self.peer.pc, str(msg.get("sdpfrag") or ""))
         except TrickleError as exc:
             await self._reply(msg, {"error": str(exc), "status": exc.status})
+            return
+        except Exception as exc:  # noqa: BLE001 - aiortc's and aioice's refusals: one line
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            await self._reply(msg, {"error": f"ICE refused a candidate: {detail}", "status": 400})
             return
         self.trickled += added
         await self._reply(msg, {"added": added})

@@ -33,7 +33,6 @@ class TrickleError(ValueError):
 @dataclass
 class Fragment:
     ufrag: str | None = None
-    pwd: str | None = None
     mid: str | None = None  # the first m-line's, where the fragment names several
     candidates: list[str] = field(default_factory=list)  # each "a=candidate:" value
     end: bool = False
@@ -58,8 +57,6 @@ def parse_fragment(text: str) -> Fragment:
             )
         if name == "ice-ufrag":
             frag.ufrag = value
-        elif name == "ice-pwd":
-            frag.pwd = value
         elif name == "mid" and frag.mid is None:
             frag.mid = value
         elif name == "candidate":
