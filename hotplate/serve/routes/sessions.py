@@ -124,13 +124,7 @@ async def delete_session(svc: Svc, caller: Caller, session_id: str) -> Response:
 async def whep_offer(svc: Svc, caller: Caller, session_id: str, request: Request) -> Response:
     """WHEP: an SDP offer in, the answer out (201, Location: the peer to DELETE)."""
     s = svc.sessions.get(session_id, caller)
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "application/sdp":
-        raise Problem(415, f"send the offer as application/sdp, not {kind or 'no type'!r}")
-    offer = await request.body()
-    if len(offer) > MAX_OFFER:
-        raise Problem(413, f"an SDP offer of {len(offer)} bytes is over {MAX_OFFER}; send one")
-    offer = offer.decode("utf-8", "replace")
+    offer = await _sdp_body(request, "application/sdp", "an SDP offer")
     answer = await svc.sessions.call(s, {"op": "offer", "sdp": offer})
     return Response(
         answer["sdp"],
@@ -138,6 +132,17 @@ async def whep_offer(svc: Svc, caller: Caller, session_id: str, request: Request
         media_type="application/sdp",
         headers={"Location": f"/v1/sessions/{s.id}/whep/peer"},
     )
+
+
+async def _sdp_body(request: Request, media_type: str, what: str) -> str:
+    """The request's body as text: 415 unless it is `media_type`, 413 over MAX_OFFER."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != media_type:
+        raise Problem(415, f"send {what} as {media_type}, not {kind or 'no type'!r}")
+    body = await request.body()
+    if len(body) > MAX_OFFER:
+        raise Problem(413, f"{what} of {len(body)} bytes is over the {MAX_OFFER}-byte limit")
+    return body.decode("utf-8", "replace")
 
 
 @router.delete("/v1/sessions/{session_id}/whep/peer", status_code=204)
@@ -156,16 +161,10 @@ async def whep_candidates(svc: Svc, caller: Caller, session_id: str, request: Re
     from hotplate.serve.trickle import MEDIA_TYPE, NO_RESTART
 
     s = svc.sessions.get(session_id, caller)
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != MEDIA_TYPE:
-        raise Problem(415, f"send the candidates as {MEDIA_TYPE}, not {kind or 'no type'!r}")
+    fragment = await _sdp_body(request, MEDIA_TYPE, "an SDP fragment")
     if request.headers.get("if-match", "").strip() == "*":
         raise Problem(422, NO_RESTART)
-    fragment = await request.body()
-    if len(fragment) > MAX_OFFER:
-        raise Problem(413, f"an SDP fragment of {len(fragment)} bytes is over {MAX_OFFER}")
-    op = {"op": "candidates", "sdpfrag": fragment.decode("utf-8", "replace")}
-    await svc.sessions.call(s, op)
+    await svc.sessions.call(s, {"op": "candidates", "sdpfrag": fragment})
     return Response(status_code=204)
 
 
