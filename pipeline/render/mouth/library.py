@@ -60,6 +60,10 @@ BITE = 1.0  # of an entry's opening, what its teeth fill: GRID's talker speaks w
 # teeth almost together, real speakers part them (a cavity shows at lesser openings)
 PARTED = 0.04  # canonical units the teeth part by before the cavity between is dark
 CAVITY = 0.35  # the cavity opened past the entries: at most this x the lips' luma
+LOWER_TEETH = 0.35  # under a stored frame's own teeth: the lower teeth's share of the gap,
+# at most (a laugh shows their tips over the lower lip; GRID's talker shows them whole)
+LOWER_TOP = 0.02  # ... and no higher than this under the entries' upper lip line
+TEETH_RAMP = 0.02  # canonical units the lower teeth fade into the cavity over
 GRAIN_MAX = 12.0  # the photo's grain added, at most this (8-bit units)
 NOISE_SIZE = 256  # the fixed noise field's side, px
 
@@ -258,6 +262,35 @@ def parting(tex: np.ndarray, opening: float) -> float:
     return float(rv[between][np.argmin(mid.mean(1)[between])]) if between.any() else opening / 2
 
 
+def cavity_colour(tex: np.ndarray, opening: float, darkest: float = 255.0) -> np.ndarray:
+    """(3,) RGB of a texture's cavity: the darkest tenth of what is between its lips
+    (less the corners), no lighter than luma `darkest` (GRID's talker barely parts his
+    teeth: his darkest is often the shade between them, not a mouth's depth)."""
+    rows, cols = TEX
+    rv = V_RANGE[0] + (np.arange(rows) + 0.5) * (V_RANGE[1] - V_RANGE[0]) / rows
+    luma_w = np.array([0.299, 0.587, 0.114], np.float32)
+    inside = (rv > 0.0) & (rv < opening)
+    px = tex[inside][:, cols // 8 : -cols // 8].reshape(-1, 3)
+    cavity = px[np.argsort(px @ luma_w)[: max(8, px.shape[0] // 10)]].mean(0)
+    return cavity * min(1.0, darkest / max(float(cavity @ luma_w), 1.0))
+
+
+def cavity_fill(
+    cavity: np.ndarray, u: np.ndarray, down: np.ndarray, tongue: np.ndarray | None
+) -> np.ndarray:
+    """(..., 3) the mouth's depth at u across (-1..1) and `down` (0 under the upper
+    teeth to 1 at the lower teeth), broadcast together: darkest under the upper teeth and
+    towards the corners (the cheeks' shade), lifted low in the middle towards the
+    tongue's back (`tongue`, RGB)."""
+    middle = np.clip(1.0 - u * u, 0.0, 1.0)[..., None]
+    down = np.asarray(down, np.float32)[..., None]
+    fill = cavity * (0.7 + 0.3 * middle) * (0.75 + 0.25 * down)
+    if tongue is not None:
+        lift = 0.5 * middle * down * down
+        fill = fill + lift * (np.asarray(tongue, np.float32) - fill)
+    return fill
+
+
 def opened_to(
     tex: np.ndarray,
     height: float,
@@ -276,8 +309,6 @@ def opened_to(
     grey bars; a flat dark band, as drawn.)"""
     rows, cols = TEX
     dv = (V_RANGE[1] - V_RANGE[0]) / rows
-    rv = V_RANGE[0] + (np.arange(rows) + 0.5) * dv
-    luma_w = np.array([0.299, 0.587, 0.114], np.float32)
     split = parting(tex, opening)
     bite = BITE * opening
     if height <= bite:
@@ -294,26 +325,15 @@ def opened_to(
     f = (at - lo)[:, None, None].astype(np.float32)
     out = tex[lo] * (1.0 - f) + tex[hi] * f
     if extra > 0.0:
-        inside = (rv > 0.0) & (rv < opening)
-        px = tex[inside][:, cols // 8 : -cols // 8].reshape(-1, 3)
-        dark = px[np.argsort(px @ luma_w)[: max(8, px.shape[0] // 10)]]
-        cavity = dark.mean(0)
-        cavity *= min(1.0, darkest / max(float(cavity @ luma_w), 1.0))
         ramp = max(min(0.02, extra / 2), 1e-3)
         into = np.minimum(ev - split, split + extra - ev)  # canonical units into the cavity
         c = np.clip(into / ramp, 0.0, 1.0)
         # a cavity only where the teeth part enough to show one: a thin parting stays
         # the entries' own (forced dark, it read as a drawn black line across the teeth)
         c = c * c * (3.0 - 2.0 * c) * float(np.clip(extra / PARTED, 0.0, 1.0))
-        # darkest under the upper teeth and towards the corners (the cheeks' shade),
-        # lifted low in the middle towards the tongue's back
-        down = np.clip((ev - split) / max(extra, 1e-3), 0.0, 1.0)[:, None, None]
-        u = np.linspace(U_RANGE[0], U_RANGE[1], cols)[None, :, None]
-        middle = np.clip(1.0 - u * u, 0.0, 1.0)
-        fill = cavity[None, None, :] * (0.7 + 0.3 * middle) * (0.75 + 0.25 * down)
-        if tongue is not None:
-            lift = 0.5 * middle * down * down
-            fill = fill + lift * (np.asarray(tongue, np.float32)[None, None, :] - fill)
+        down = np.clip((ev - split) / max(extra, 1e-3), 0.0, 1.0)[:, None]
+        u = np.linspace(U_RANGE[0], U_RANGE[1], cols)[None, :]
+        fill = cavity_fill(cavity_colour(tex, opening, darkest), u, down, tongue)
         out = out * (1.0 - c)[:, None, None] + fill * c[:, None, None]
     return out.astype(np.float32), V_RANGE[0] + n * dv
 
@@ -353,6 +373,54 @@ def matched(texture: np.ndarray, source: np.ndarray, face: FaceMatch) -> np.ndar
     return np.clip(rgb_of(t), 0.0, 255.0)
 
 
+def _sample(tex: np.ndarray, u: np.ndarray, v: np.ndarray, v_end: float) -> np.ndarray:
+    """(h, w, 3) a texture whose rows run V_RANGE[0]..v_end read at u, v (h, w)."""
+    import cv2
+
+    rows, cols = tex.shape[:2]
+    mx = (u - U_RANGE[0]) / (U_RANGE[1] - U_RANGE[0]) * cols - 0.5
+    my = (v - V_RANGE[0]) / (v_end - V_RANGE[0]) * rows - 0.5
+    return cv2.remap(
+        np.ascontiguousarray(tex, np.float32),
+        mx.astype(np.float32),
+        my.astype(np.float32),
+        cv2.INTER_LINEAR,
+        borderMode=cv2.BORDER_REPLICATE,
+    )
+
+
+def under_teeth(
+    tex: np.ndarray,
+    opening: float,
+    u: np.ndarray,
+    below: np.ndarray,
+    above: np.ndarray,
+    darkest: float,
+    lips: np.ndarray,
+) -> np.ndarray:
+    """(h, w, 3) what opens under a stored frame's own upper teeth, at u across and
+    `below` its top, `above` its lower edge (canonical units, (h, w) each): the cavity,
+    and the entries' lower teeth rising from behind the lower lip, read up from their
+    lower inner lip (`opening`) at their real size over at most LOWER_TEETH of the gap's
+    height there; under the gap's lower edge, the face's lips (`lips`, RGB: what the
+    renderer lifts the lower lip's dark rim towards). (Read down from the entries'
+    parting instead, their lower teeth sat under the lower lip and the gap showed only
+    cavity: the demo's astronaut opened a flat dark crescent under her teeth.)"""
+    height = np.maximum(below + above, 0.0)
+    # towards the corners the cheeks' shade hides the lower teeth (left in, a thin light
+    # line ran along the gap's lower edge to each corner)
+    corner = np.clip((1.0 - np.abs(u)) / 0.35, 0.0, 1.0)
+    band = np.minimum(LOWER_TEETH * height, max(opening - LOWER_TOP, 0.0)) * corner
+    teeth = _sample(tex, u, opening - above, V_RANGE[1])
+    # the tongue's back shows low in the cavity, just over the lower teeth
+    down = np.clip(below / np.maximum(height - band, 1e-3), 0.0, 1.0)
+    fill = cavity_fill(cavity_colour(tex, opening, darkest), u, down, lips * TONGUE)
+    w = np.clip((band - above) / TEETH_RAMP + 0.5, 0.0, 1.0)
+    out = fill + (w * w * (3.0 - 2.0 * w))[..., None] * (teeth - fill)
+    lip = np.clip(-above / TEETH_RAMP, 0.0, 1.0)[..., None]
+    return out + lip * (lips - out)
+
+
 class LibraryMouth:
     """The library's interior for one render: `colour(...)` per output frame."""
 
@@ -372,51 +440,33 @@ class LibraryMouth:
         u: np.ndarray,
         depth: np.ndarray,
         below_gap: np.ndarray,
-        from_teeth: bool,
+        above_gap: np.ndarray | None,
         at: tuple[int, int],
     ) -> np.ndarray:
         """(h, w, 3) float32 RGB of pixels at u (h, w) across the mouth and `depth` px
         below its upper inner lip line, for a mouth whose inner lip points (8, 2) are
-        `inner`; where the stored frame shows its own upper teeth (`from_teeth`), the
-        gap under them (`below_gap`: px below its top) reads the entry under its teeth.
-        `at`: the pixels' frame position (the grain is fixed there)."""
-        import cv2
-
+        `inner`. Where the stored frame shows its own upper teeth, `above_gap` (px above
+        the gap's lower edge; None where it shows none) and `below_gap` (px below the
+        gap's top) place what opens under them (`under_teeth`). `at`: the pixels' frame
+        position (the grain is fixed there)."""
         shape = inner_shape(inner, face.canonical)
         tex, source, teeth, opening = self.library.blend(shape)
         tex = matched(tex, source, face)
         unit = float(np.linalg.norm(face.canonical[0, :2]))  # canonical units per px
-        v = depth * unit
-        height = float(shape[0])
-        if from_teeth:
-            # the stored frame's own upper teeth are above the gap: it shows what is
-            # under the entries' upper teeth (the cavity, the lower teeth), not their
-            # upper teeth again (read from an entry's teeth_v, often 0 on GRID's dull
-            # teeth: teeth under teeth, and the referee saw the mouth shut: takeo's
-            # still followed the speech at r 0.07 against the painted mouth's 0.71)
-            split = parting(tex, opening)
-            v = split + below_gap * unit
-            height = max(height, split + float(below_gap.max(initial=0.0)) * unit)
         lips = rgb_of(face.lips[0][None])[0]
         darkest = CAVITY * float(lips @ np.array([0.299, 0.587, 0.114], np.float32))
-        # the upper lip's inner edge is the face's lip: the entries' top rows hold
-        # the shadow under GRID's upper lip, which on another face's lip line read as
-        # a dark outline over the teeth
-        rows = tex.shape[0]
-        rv = V_RANGE[0] + (np.arange(rows) + 0.5) / rows * (V_RANGE[1] - V_RANGE[0])
-        lip = np.clip((LIP_EDGE - rv) / (LIP_EDGE - V_RANGE[0]), 0.0, 1.0)[:, None, None]
-        tex = tex * (1.0 - lip) + lips[None, None, :] * lip
-        tex, v_end = opened_to(tex, height, opening, darkest, lips * TONGUE)
-        rows, cols = tex.shape[:2]
-        mx = (u - U_RANGE[0]) / (U_RANGE[1] - U_RANGE[0]) * cols - 0.5
-        my = (v - V_RANGE[0]) / (v_end - V_RANGE[0]) * rows - 0.5
-        out = cv2.remap(
-            tex.astype(np.float32),
-            mx.astype(np.float32),
-            my.astype(np.float32),
-            cv2.INTER_LINEAR,
-            borderMode=cv2.BORDER_REPLICATE,
-        )
+        if above_gap is not None:
+            out = under_teeth(tex, opening, u, below_gap * unit, above_gap * unit, darkest, lips)
+        else:
+            # the upper lip's inner edge is the face's lip: the entries' top rows hold
+            # the shadow under GRID's upper lip, which on another face's lip line read
+            # as a dark outline over the teeth
+            rows = tex.shape[0]
+            rv = V_RANGE[0] + (np.arange(rows) + 0.5) / rows * (V_RANGE[1] - V_RANGE[0])
+            lip = np.clip((LIP_EDGE - rv) / (LIP_EDGE - V_RANGE[0]), 0.0, 1.0)[:, None, None]
+            tex = tex * (1.0 - lip) + lips[None, None, :] * lip
+            tex, v_end = opened_to(tex, float(shape[0]), opening, darkest, lips * TONGUE)
+            out = _sample(tex, u, depth * unit, v_end)
         grain = min(face.grain, GRAIN_MAX)
         if grain > 0.3:
             h, w = u.shape

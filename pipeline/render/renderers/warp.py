@@ -102,6 +102,9 @@ UPPER_INNER = (60, 61, 62, 63, 64)  # inner lip lines, corner to corner
 LOWER_INNER = (60, 67, 66, 65, 64)
 UPPER_SHARE = 0.75  # of what shows between the stored lips, the part that moves with the
 # upper lip: in a smile or a half-open mouth the upper teeth show most
+TEETH_SHARE = 1.0  # ... where the stored frame shows its teeth and the library fills the
+# gap: all of them (at 0.75 their tips went down with the lower lip, a white band under
+# the library's lower teeth)
 MOUTH_EDGE = 0.02  # softness of the gap's upper edge, x lower-face height ...
 LOWER_EDGE = 0.035  # ... and of its lower edge (the lower lip's rim is rounder)
 PAST_SLIT = 0.04  # x lower-face height: a new gap this tall is open past a slit
@@ -328,6 +331,16 @@ class WarpRenderer:
             self._styles[idx] = Style.of(frame, np.asarray(self._assets.landmarks[idx]))
         return self._styles[idx]
 
+    def _library_for(
+        self, idx: int, frame: np.ndarray, style: Style
+    ) -> tuple[LibraryMouth, FaceMatch] | None:
+        """The library's mouth for stored frame idx, or None (painted)."""
+        if self._library is None:
+            return None
+        lm = np.asarray(self._assets.landmarks[idx], np.float32)
+        face = self._library.face(idx, frame, lm)
+        return None if face is None else (self._library, face)
+
     # 3-4. remap the work region; teeth move with the lips, the new gap is painted
     def _warp(self, frame: np.ndarray, plan: _Plan, o: float, r: float) -> np.ndarray:
         import cv2
@@ -340,11 +353,7 @@ class WarpRenderer:
         map_x = field[..., 0] * -o + np.arange(x1 - sx1, x2 - sx1, dtype=np.float32)[None, :]
         map_y = field[..., 1] * -o + np.arange(y1 - sy1, y2 - sy1, dtype=np.float32)[:, None]
         style = self._style(plan.idx, frame)
-        library = None
-        if self._library is not None:
-            lm = np.asarray(self._assets.landmarks[plan.idx], np.float32)
-            face = self._library.face(plan.idx, frame, lm)
-            library = None if face is None else (self._library, face)
+        library = self._library_for(plan.idx, frame, style)
         gap = _mouth_interior(plan, o, r, map_x, map_y, (x1, y1), (sx1, sy1), style, library)
         src = frame[sy1:sy2, sx1:sx2]
         out = cv2.remap(src, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
@@ -526,7 +535,8 @@ def _mouth_interior(
 
     Works in face axes (a across, b down) about plan.origin. At an across-position
     the stored interior spans [yu, yl] (inner upper and lower lip), split at
-    s = yu + UPPER_SHARE (yl - yu); the moved lips span [Yu, Yl]. Output rows from Yu to Yu + (s - yu) read the
+    s = yu + UPPER_SHARE (yl - yu) (TEETH_SHARE where it shows teeth and the
+    library fills the gap); the moved lips span [Yu, Yl]. Output rows from Yu to Yu + (s - yu) read the
     stored rows from yu (moved with the upper lip), rows from Yl - (yl - s) to Yl read
     them moved with the lower lip, and the rows between, Yl - Yu - (yl - yu) of them,
     are the gap: mouth that the stored frame does not show.
@@ -562,7 +572,8 @@ def _mouth_interior(
     my = map_y[by1:by2, bx1:bx2] + src_origin[1]
     sa = (mx - c[0]) * axes[0, 0] + (my - c[1]) * axes[0, 1]
     upper_old, lower_old = np.interp(sa, su_a, su_b), np.interp(sa, sl_a, sl_b)
-    split = upper_old + UPPER_SHARE * (lower_old - upper_old)
+    share = TEETH_SHARE if style.source_teeth and library is not None else UPPER_SHARE
+    split = upper_old + share * (lower_old - upper_old)
     gap_top = upper_new + (split - upper_old)
     gap_bottom = lower_new - (lower_old - split)
     sb = np.where(
@@ -622,9 +633,8 @@ def _mouth_interior(
         mouth, face = library
         u_mouth = np.clip((pa - centre) / half, -1.1, 1.1)
         at = (bx1 + origin[0], by1 + origin[1])
-        colour = mouth.colour(
-            face, moved, u_mouth, pb - upper_new, pb - gap_top, style.source_teeth, at
-        )
+        above = gap_bottom - pb if style.source_teeth else None
+        colour = mouth.colour(face, moved, u_mouth, pb - upper_new, pb - gap_top, above, at)
     else:
         colour = paint(u, v, height, style, plan.scale)
     # the lower lip's rim under the gap, for `_lift_rim`
