@@ -85,7 +85,7 @@ def resolve(
         from pipeline.render.mouth.library import library_path, mouth_kind
 
         mouth = {"kind": mouth_kind(bank is not None, is_still(found.path))}
-        if mouth["kind"] == "library":
+        if "library" in mouth["kind"]:
             mouth["library"] = str(library_path())
     why = None if hot or store is None else why_cold(store, p)
     if damaged:
@@ -128,7 +128,9 @@ def resolve(
 MOUTHS = {  # what `hotplate resolve` says of the mouth a warp render shows
     "bank": "bank: the presenter's own mouths, from their footage",
     "library": "library: real mouths from the default mouth library, matched to the face",
-    "painted": "painted (a loop with no bank, or the mouth library unreadable or off)",
+    "painted+library": "painted (a loop with no bank); under a frame's own teeth, the"
+    " library's cavity and lower teeth",
+    "painted": "painted (the mouth library unreadable or off)",
 }
 
 

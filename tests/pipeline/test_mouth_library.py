@@ -31,6 +31,7 @@ import cv2
 import numpy as np
 import pytest
 
+from hotplate.demo_data import write_loop_video
 from pipeline.render.mouth import library
 from pipeline.render.renderers.warp import WarpRenderer
 from testkit import faces
@@ -210,6 +211,29 @@ def test_a_missing_library_is_one_line_and_the_painted_mouth(tmp_path, monkeypat
     assert len([r for r in caplog.records if r.name == library.__name__]) == 1
 
 
+def test_a_loop_opens_the_library_under_its_own_teeth_only(monkeypatch):
+    """A loop with no bank keeps the painted mouth (its own mouths are the bank's), but
+    where a frame shows its own teeth the gap under them is the library's: the smiling
+    astronaut of `just demo`'s loop opened a flat dark crescent there, painted. Judged
+    as the stills are; takeo's loop, no teeth shown, renders as with the library off."""
+    for name, teeth in (("astronaut", True), ("breakingbad_jesse", True), ("takeo", False)):
+        s = faces.samples((name,), ("upright",))[0]
+        loop = opened_wide(s.image, s.truth, frames=2)
+        monkeypatch.setenv(library.ENV, "off")
+        library._load.cache_clear()
+        painted = opened_wide(s.image, s.truth, frames=2)
+        monkeypatch.delenv(library.ENV)
+        library._load.cache_clear()
+        if not teeth:
+            assert np.array_equal(loop, painted), name
+            continue
+        assert np.array_equal(loop, opened_wide(s.image, s.truth)), name  # as the still
+        got, drawn = judge(loop, s.truth), judge(painted, s.truth)
+        print(f"{name} loop: {got} (painted {drawn})")
+        assert got["texture"] >= TEXTURE and RING <= got["ring"] <= RING_MAX, (name, got)
+        assert got["gap"] >= GAP * drawn["gap"], (name, got, drawn)
+
+
 def test_resolve_says_which_mouth(tmp_path):
     personas = tmp_path / "personas"
     (personas / "grace").mkdir(parents=True)
@@ -231,6 +255,11 @@ def test_resolve_says_which_mouth(tmp_path):
     got = json.loads(resolve("--json").stdout)
     assert got["bank"] is None and got["mouth"]["kind"] == "library"
     assert "mouth    library" in resolve().stdout
+    # a loop with no bank: painted, but the library's under a frame's own teeth
+    write_loop_video(personas / "grace" / "studio.mp4", [face, face])
+    got = json.loads(resolve("--json", "--attire", "studio").stdout)
+    assert got["mouth"] == {"kind": "painted+library", "library": str(library.DATA)}
+    assert "under a frame's own teeth, the library's" in resolve("--attire", "studio").stdout
     gone = str(tmp_path / "gone.npz")
     out = resolve("--json", HOTPLATE_MOUTH_LIBRARY=gone)
     assert json.loads(out.stdout)["mouth"] == {"kind": "painted"}

@@ -145,11 +145,15 @@ def read_library(path: Path) -> MouthLibrary:
 
 
 def mouth_kind(has_bank: bool, still: bool) -> str:
-    """Which mouth a warp render shows: "bank", "library" (a still with no bank) or
-    "painted" (a loop with no bank, or the library unreadable or off)."""
+    """Which mouth a warp render shows: "bank", "library" (a still with no bank),
+    "painted+library" (a loop with no bank: painted, but where a frame shows its own
+    teeth the library's cavity and lower teeth under them) or "painted" (the library
+    unreadable or off)."""
     if has_bank:
         return "bank"
-    return "library" if still and default_library() is not None else "painted"
+    if default_library() is None:
+        return "painted"
+    return "library" if still else "painted+library"
 
 
 INNER_PAIRS = ((61, 67), (62, 66), (63, 65))

@@ -184,10 +184,8 @@ class WarpRenderer:
             self._library = None
         self._assets = assets
         self._bank = None
-        if bank is None and assets.n_frames == 1:
-            # a still (the library's scope: on takeo's 40-frame loop the referee's lip
-            # gap followed the speech at r 0.17 with it against 0.6 and more painted; a
-            # loop's own mouths are the bank's to give)
+        if bank is None:
+            # a still's gap, and a loop frame's under its own teeth (`_library_for`)
             library = default_library()  # None: unreadable (one warning) or off
             if library is None:
                 self._library = None
@@ -334,8 +332,13 @@ class WarpRenderer:
     def _library_for(
         self, idx: int, frame: np.ndarray, style: Style
     ) -> tuple[LibraryMouth, FaceMatch] | None:
-        """The library's mouth for stored frame idx, or None (painted)."""
-        if self._library is None:
+        """The library's mouth for stored frame idx, or None (painted): a still's, and a
+        loop frame's where it shows its own teeth (the gap under them is the library's
+        cavity and lower teeth). A loop's other frames keep the painted mouth: on takeo's
+        40-frame loop, the library's teeth-filled mouths let the referee's lip gap follow
+        the speech at r 0.17 against 0.6 and more painted; a loop's own mouths are the
+        bank's to give."""
+        if self._library is None or not (self._assets.n_frames == 1 or style.source_teeth):
             return None
         lm = np.asarray(self._assets.landmarks[idx], np.float32)
         face = self._library.face(idx, frame, lm)
