@@ -458,7 +458,7 @@ def main(bench: Bench) -> None:
     except ImportError:
         bench.missing("the footage and fixtures (testkit/), run from the checkout")
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
-    names = bench.args.clips or [c.name for c in footage.clips()]
+    names = bench.args.clips or [c.name for c in footage.presenters()]
     results = {}  # each clip with its whole first 60 % as the bank
     shorter = {}  # "name, bank S s": the same clip with the bank from its last S s only
     with tempfile.TemporaryDirectory() as tmp:

@@ -80,7 +80,7 @@ def main(argv: list[str]) -> None:
     from testkit.mouth_fixtures import espeak
 
     frames = int(argv[0]) if argv else 100
-    names = argv[1:] or [c.name for c in footage.clips()]
+    names = argv[1:] or [c.name for c in footage.presenters()]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         wav = espeak(NEW_WORDS, tmp / "new.wav")

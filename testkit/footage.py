@@ -2,7 +2,8 @@
 
 `footage_manifest.toml` beside this file lists each clip: the file, who speaks, where it
 was taken from (repository, commit, path), its licence and what is known of its rights.
-`clips()` lists them; `load(name)` decodes one: every video frame (RGB) and its audio as
+`clips()` lists them, `presenters()` those of one person (a presenter's footage: what a
+bank is built from); `load(name)` decodes one: every video frame (RGB) and its audio as
 float32 mono at the file's own rate; `write_clip` writes frames and audio back as H.264 and
 AAC (a piece of a clip as a persona's `speech.mp4`).
 """
@@ -31,6 +32,8 @@ class Clip:
     licence: str
     rights: str
     sha256: str
+    people: int = 1  # more: sentences of several people joined (`sentences` frames each)
+    sentences: int = 0  # frames per joined sentence, where people > 1
 
     @property
     def path(self) -> Path:
@@ -59,6 +62,11 @@ class Footage:
 def clips() -> tuple[Clip, ...]:
     data = tomllib.loads(MANIFEST.read_text())
     return tuple(Clip(**c) for c in data["clip"])
+
+
+def presenters() -> tuple[Clip, ...]:
+    """The clips of one person each."""
+    return tuple(c for c in clips() if c.people == 1)
 
 
 def clip(name: str) -> Clip:

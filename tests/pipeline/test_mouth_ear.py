@@ -16,6 +16,7 @@ from pipeline.mouth import ear
 SECONDS = 10.0  # of grid_s1 judged (250 frames)
 STEP = 2  # every 2nd frame judged by the referee
 FLOOR = 0.5  # r of the ear's opening against the referee's lip gap on grid_s1's first 10 s
+OTHERS = 0.5  # ... its mean over the sentences of GRID talkers it never heard
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +57,29 @@ def test_the_ear_follows_a_real_utterance_it_was_not_trained_on(grid, gaps):
     r = ear.correlation(opening[::STEP], gaps)
     assert r > FLOOR, f"the ear's opening follows the referee's lip gap at r {r:.3f}"
     assert opening.min() < 0.05 < 0.5 < opening.max()  # shut in the pauses, open in speech
+
+
+def test_the_ear_follows_grid_talkers_it_never_heard():
+    """Ten sentences of nine GRID talkers other than s1, the one it was trained on
+    (testkit/footage/grid_others.mp4), each heard whole and judged by the referee on
+    every frame: the ear's opening follows their lip gap at r OTHERS on average and
+    better than the phones' opening table. (Not HDTF's people: there it still loses to
+    the table, docs/DESIGN.md.)"""
+    from pipeline.mouth.visemes import phone_opening
+    from testkit import footage
+    from testkit import mouth_fixtures as fx
+
+    clip = footage.load("grid_others")
+    n = clip.clip.sentences
+    assert clip.clip.people > 1 and clip.frames.shape[0] == 10 * n
+    heard, told = [], []
+    for k in range(0, clip.frames.shape[0], n):
+        gaps = fx.referee_gaps(list(clip.frames[k : k + n]))
+        audio = clip.audio[clip.samples_at(k) : clip.samples_at(k + n)]
+        heard.append(ear.correlation(ear.load().openness(audio, clip.sr, clip.fps, n), gaps))
+        told.append(ear.correlation(phone_opening(audio, clip.sr, clip.fps, n), gaps))
+    print("ear", np.round(heard, 3), "table", np.round(told, 3))
+    assert np.mean(heard) > OTHERS and np.mean(heard) > np.mean(told), (heard, told)
 
 
 def test_the_drive_with_the_ear_hears_it_in_pieces_and_beats_the_phones_table(grid, gaps):
