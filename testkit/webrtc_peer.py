@@ -90,17 +90,32 @@ class WhepPeer:
     """connect() -> the WHEP answer's response; `received` fills as media arrives."""
 
     def __init__(
-        self, mic: np.ndarray | None = None, channel: bool = False, audio_first: bool = False
+        self,
+        mic: np.ndarray | None = None,
+        channel: bool = False,
+        audio_first: bool = False,
+        relay: tuple[str, str, str] | None = None,
     ) -> None:
         """`audio_first`: the audio m-line before the video's, as a browser's Pipecat
-        client offers (Pipecat's SmallWebRTC transport takes the first for audio)."""
-        from aiortc import RTCConfiguration, RTCPeerConnection
+        client offers (Pipecat's SmallWebRTC transport takes the first for audio).
+        `relay`: (TURN URL, username, password): this peer offers only a relay candidate
+        on that server and sends and receives through it (ICE's "relay" policy), as a
+        player behind a NAT that lets nothing else through."""
+        from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
+        from aiortc.rtcconfiguration import RTCIceTransportPolicy
 
         from hotplate.serve.rtc import configure_ice
 
         configure_ice(["127.0.0.1"])  # loopback only
-        # no ICE servers: aiortc's default (None) would ask a public STUN server
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        # no ICE servers but the relay: aiortc's default (None) asks a public STUN server
+        config = RTCConfiguration(iceServers=[])
+        if relay is not None:
+            url, username, password = relay
+            config = RTCConfiguration(
+                iceServers=[RTCIceServer(urls=[url], username=username, credential=password)],
+                iceTransportPolicy=RTCIceTransportPolicy.RELAY,
+            )
+        self.pc = RTCPeerConnection(config)
         self.received = Received()
         self.tasks: list[asyncio.Task] = []
         self.channel = self.pc.createDataChannel("control") if channel else None

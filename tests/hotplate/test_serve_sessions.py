@@ -31,6 +31,8 @@ from testkit.webrtc_peer import WhepPeer, audio_since, rms, trickle_fragment
 pytestmark = pytest.mark.slow
 ICE_TIMEOUT = 3.0  # s: HOTPLATE_SESSION_ICE_TIMEOUT for these servers
 ASTRO = {"persona": "astro", "attire": "studio"}
+RELAYED = 50_000  # bytes coturn relays to a relay-only player in 2 s of pictures, at least
+# (measured 138 kB at 270x480)
 ENV = {"HOTPLATE_SESSION_ICE_TIMEOUT": str(ICE_TIMEOUT), "HOTPLATE_SESSION_OFFER_TIMEOUT": "30"}
 
 
@@ -443,9 +445,10 @@ def test_a_turn_server_relays_with_its_credentials_and_a_refusal_is_one_line(tmp
     """A real coturn on loopback (long-term credentials): with the right ones the answer
     carries its relay candidate and coturn logs the allocation under that user; with
     wrong ones the session still plays over its host candidate and the server says so in
-    one line; a TURN URL with none stops `hotplate serve` at once. (On loopback ICE picks
-    the host pair: what goes through the relay is not tested, only that the server holds
-    one for its peer.)"""
+    one line; a TURN URL with none stops `hotplate serve` at once. A player that can
+    reach nothing but the TURN server (ICE's relay policy: it offers only its relay
+    candidate) gets its pictures through coturn, which says how many bytes it relayed.
+    (A player that may use any candidate takes the host pair on loopback.)"""
     world = make_world(tmp_path / "world")
     secret = tmp_path / "turn.txt"
     secret.write_text("hot:plate-secret\n")
@@ -469,10 +472,45 @@ def test_a_turn_server_relays_with_its_credentials_and_a_refusal_is_one_line(tmp
                 await peer.close()
             return [x for x in answer.text.splitlines() if x.startswith("a=candidate")]
 
+        async def relayed(srv: Server) -> tuple[list[str], int]:
+            """A player that can reach nothing but the TURN server: every packet both
+            ways goes through coturn."""
+            async with httpx.AsyncClient(base_url=srv.url, timeout=120) as c:
+                s = (await c.post("/v1/sessions", json=ASTRO)).json()
+                peer = WhepPeer(relay=(turn.url, "hot", "plate-secret"))
+                answer = await peer.connect(c, s["whep"])
+                assert answer.status_code == 201, answer.text
+                offered = peer.pc.localDescription.sdp.splitlines()
+                await asyncio.wait_for(peer.received.first_video.wait(), 60)
+                got = len(peer.received.video)
+                while len(peer.received.video) < got + 50:  # 2 s more of pictures
+                    await asyncio.sleep(0.1)
+                # the session's ICE knows this player by its relay candidate only
+                ice = (await c.get(f"/v1/sessions/{s['id']}")).json()["ice"]
+                assert set(ice["remote_candidates"]) == {"relay"}, ice
+                assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
+                await peer.close()
+            return [x for x in offered if x.startswith("a=candidate")], len(peer.received.video)
+
         args = ("--workers", "1", "--ice-server", turn.url)
         with Server(world, *args, "--turn-credentials-file", str(secret), env=ENV) as srv:
             precompiled(srv)
             candidates = asyncio.run(session(srv))
+            offered, pictures = asyncio.run(relayed(srv))
+        assert offered and all(" typ relay " in x for x in offered), offered
+        assert pictures >= 50
+        # coturn logs what each allocation relayed when it is deleted: the pictures' bytes
+        usage = re.compile(
+            r"peer usage: realm=<hotplate>, username=<hot>, rp=\d+, rb=(\d+), sp=\d+, sb=(\d+)"
+        )
+
+        def relayed_bytes() -> int:
+            return max((int(m[2]) for m in usage.finditer(turn.log_text())), default=0)
+
+        deadline = time.monotonic() + 60
+        while relayed_bytes() < RELAYED and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert relayed_bytes() >= RELAYED, turn.log_text()[-3000:]
         relay = [x for x in candidates if " typ relay " in x]
         assert relay and all(" 127.0.0.1 " in x for x in relay), candidates
         assert re.search(
