@@ -118,7 +118,7 @@ def resolve(
         click.echo(f"bank     {bank['key']}  {Path(bank['clip']).name}: {describe_bank(bank)}")
     elif (backend or settings.renderer) == "warp":
         click.echo(
-            f"bank     none: mouths are procedural (a hot bank needs talking footage: "
+            f"bank     none: the mouth below (a hot bank needs talking footage: "
             f"{found.persona}/speech.mp4 or a loop shot while speaking, precompiled)"
         )
     if mouth is not None:
