@@ -20,8 +20,9 @@ For output frame t showing stored frame i:
    of the mouth the stored frame does not show, is filled from the mouth library:
    real mouths (teeth, tongue, cavity) chosen and blended for the frame's shape,
    warped into its inner-lip polygon, their colour and grain matched to the face
-   (`pipeline/render/mouth/library.py`); only where the library cannot be read is a
-   procedural interior painted instead (`pipeline/render/mouth/interior.py`); soft
+   (`pipeline/render/mouth/library.py`: a still's gap, and a loop frame's only under
+   its own teeth); elsewhere, or where the library cannot be read, a procedural
+   interior is painted instead (`pipeline/render/mouth/interior.py`); soft
    at the lips, its lower edge reaching into the lower lip (over the stored seam's
    lower share where the stored frame shows no teeth);
 5. blend back through the stored mask, into the mouth rectangle only (`MouthPatch`).
