@@ -37,7 +37,9 @@ the eye centres), which takes out the true head's motion:
 
 Beside the renders, the ear alone (`pipeline/mouth/ear.py`, trained once on GRID's
 talker, no bank) against the truth's lip gap on the held-out frames, with today's
-whole-file drive (the phones' opening table, `visemes.phone_opening`) as its baseline.
+whole-file drive (the phones' opening table, `visemes.phone_opening`) as its baseline;
+and the same on each clip of several people's sentences (testkit's `grid_others`: GRID
+talkers it never heard), each sentence heard whole, as a mean over them.
 
 Beside them, not a baseline but a bound: the bank driven by the truth's own mouth
 shapes (the renderer's landmarker on the held-out frames), entries chosen by the same
@@ -451,6 +453,31 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def other_talkers(bench: Bench, footage, fx) -> None:
+    """The ear alone on each clip of several people's sentences (GRID talkers it never
+    heard), per sentence heard whole, against the phones' opening table."""
+    named = bench.args.clips if not bench.quick else None  # --quick: two sentences of each
+    for c in footage.clips():
+        if c.people == 1 or (named and c.name not in named):
+            continue
+        heard, told = fx.ear_by_sentence(c.name, bench.args.step, 2 if bench.quick else None)
+        bench.figure(
+            f"{c.name}: the ear alone (no bank) vs the truth's lip gap, mean over sentences",
+            float(np.mean(heard)),
+            "r",
+            baseline="today's whole-file drive (the phones' opening table)",
+            baseline_value=float(np.mean(told)),
+            inputs={
+                "sentences": len(heard),
+                "frames_each": c.sentences,
+                "people": c.people,
+                "referee": "dlib 68",
+            },
+            note=f"per sentence: ear {', '.join(f'{r:.2f}' for r in heard)}; table "
+            + ", ".join(f"{r:.2f}" for r in told),
+        )
+
+
 def main(bench: Bench) -> None:
     try:
         from testkit import footage
@@ -544,6 +571,7 @@ def main(bench: Bench) -> None:
                 "r",
                 inputs=inputs,
             )
+    other_talkers(bench, footage, fx)
     print(table({**results, **shorter}))
     print("the chain, r against the truth's lip gap (held-out frames):")
     for name, res in {**results, **shorter}.items():

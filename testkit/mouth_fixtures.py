@@ -226,6 +226,30 @@ def referee_gaps(frames: list[np.ndarray], step: int = 1) -> np.ndarray:
     return np.asarray(out)
 
 
+def ear_by_sentence(
+    name: str, step: int = 1, sentences: int | None = None
+) -> tuple[list[float], list[float]]:
+    """Per joined sentence of footage clip `name` (several people's, testkit/footage):
+    r of the ear's opening and of the phones' opening table (today's whole-file drive)
+    against the referee's lip gap on every `step`-th frame, each sentence heard whole;
+    the first `sentences` only, where given."""
+    from pipeline.mouth.ear import load as load_ear
+    from pipeline.mouth.visemes import phone_opening
+    from testkit import footage
+
+    got, ear = footage.load(name), load_ear()
+    n = got.clip.sentences
+    if got.clip.people == 1 or n <= 0:
+        raise ValueError(f"{name} is not a clip of several people's joined sentences")
+    heard, told = [], []
+    for k in list(range(0, got.frames.shape[0] - n + 1, n))[:sentences]:
+        gaps = referee_gaps(list(got.frames[k : k + n]), step)
+        audio = got.audio[got.samples_at(k) : got.samples_at(k + n)]
+        heard.append(correlation(ear.openness(audio, got.sr, got.fps, n)[::step], gaps))
+        told.append(correlation(phone_opening(audio, got.sr, got.fps, n)[::step], gaps))
+    return heard, told
+
+
 def correlation(a: np.ndarray, b: np.ndarray) -> float:
     """Pearson's r over the frames where both are known."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)

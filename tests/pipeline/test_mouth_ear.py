@@ -65,20 +65,11 @@ def test_the_ear_follows_grid_talkers_it_never_heard():
     every frame: the ear's opening follows their lip gap at r OTHERS on average and
     better than the phones' opening table. (Not HDTF's people: there it still loses to
     the table, docs/DESIGN.md.)"""
-    from pipeline.mouth.visemes import phone_opening
-    from testkit import footage
-    from testkit import mouth_fixtures as fx
+    from testkit.mouth_fixtures import ear_by_sentence
 
-    clip = footage.load("grid_others")
-    n = clip.clip.sentences
-    assert clip.clip.people > 1 and clip.frames.shape[0] == 10 * n
-    heard, told = [], []
-    for k in range(0, clip.frames.shape[0], n):
-        gaps = fx.referee_gaps(list(clip.frames[k : k + n]))
-        audio = clip.audio[clip.samples_at(k) : clip.samples_at(k + n)]
-        heard.append(ear.correlation(ear.load().openness(audio, clip.sr, clip.fps, n), gaps))
-        told.append(ear.correlation(phone_opening(audio, clip.sr, clip.fps, n), gaps))
+    heard, told = ear_by_sentence("grid_others")
     print("ear", np.round(heard, 3), "table", np.round(told, 3))
+    assert len(heard) == 10
     assert np.mean(heard) > OTHERS and np.mean(heard) > np.mean(told), (heard, told)
 
 
