@@ -469,7 +469,7 @@ def other_talkers(bench: Bench, footage, fx) -> None:
             baseline_value=float(np.mean(told)),
             inputs={
                 "sentences": len(heard),
-                "frames_each": c.sentences,
+                "frames_each": c.sentence_frames,
                 "people": c.people,
                 "referee": "dlib 68",
             },

@@ -32,8 +32,8 @@ class Clip:
     licence: str
     rights: str
     sha256: str
-    people: int = 1  # more: sentences of several people joined (`sentences` frames each)
-    sentences: int = 0  # frames per joined sentence, where people > 1
+    people: int = 1  # more: sentences of several people joined (`sentence_frames` each)
+    sentence_frames: int = 0  # frames per joined sentence, where people > 1
 
     @property
     def path(self) -> Path:

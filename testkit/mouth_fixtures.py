@@ -238,7 +238,7 @@ def ear_by_sentence(
     from testkit import footage
 
     got, ear = footage.load(name), load_ear()
-    n = got.clip.sentences
+    n = got.clip.sentence_frames
     if got.clip.people == 1 or n <= 0:
         raise ValueError(f"{name} is not a clip of several people's joined sentences")
     heard, told = [], []

@@ -108,14 +108,12 @@ class WhepPeer:
 
         configure_ice(["127.0.0.1"])  # loopback only
         # no ICE servers but the relay: aiortc's default (None) asks a public STUN server
-        config = RTCConfiguration(iceServers=[])
+        servers, policy = [], RTCIceTransportPolicy.ALL
         if relay is not None:
             url, username, password = relay
-            config = RTCConfiguration(
-                iceServers=[RTCIceServer(urls=[url], username=username, credential=password)],
-                iceTransportPolicy=RTCIceTransportPolicy.RELAY,
-            )
-        self.pc = RTCPeerConnection(config)
+            servers = [RTCIceServer(urls=[url], username=username, credential=password)]
+            policy = RTCIceTransportPolicy.RELAY
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=servers, iceTransportPolicy=policy))
         self.received = Received()
         self.tasks: list[asyncio.Task] = []
         self.channel = self.pc.createDataChannel("control") if channel else None

@@ -85,7 +85,7 @@ def resolve(
         from pipeline.render.mouth.library import library_path, mouth_kind
 
         mouth = {"kind": mouth_kind(bank is not None, is_still(found.path))}
-        if "library" in mouth["kind"]:
+        if mouth["kind"] in ("library", "painted+library"):
             mouth["library"] = str(library_path())
     why = None if hot or store is None else why_cold(store, p)
     if damaged:

@@ -93,13 +93,13 @@ class MouthLibrary:
         w = np.maximum(w, 0.0) + 1e-6
         return near, (w / w.sum()).astype(np.float32)
 
-    def blend(self, shape: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
-        """(texture (*TEX, 3) RGB, lips Lab stats (2, 3), teeth v, opening) for a mouth
-        shape: its nearest entries' weighted mean."""
+    def blend(self, shape: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """(texture (*TEX, 3) RGB, lips Lab stats (2, 3), opening) for a mouth shape: its
+        nearest entries' weighted mean."""
         near, w = self.weights(shape)
         tex = np.tensordot(w, self.textures[near], axes=1).astype(np.float32)
         lips = np.tensordot(w, self.lips[near], axes=1).astype(np.float32)
-        return tex, lips, float(w @ self.teeth[near]), float(w @ self.shapes[near, 0])
+        return tex, lips, float(w @ self.shapes[near, 0])
 
 
 def library_path() -> Path | None:
@@ -454,7 +454,7 @@ class LibraryMouth:
         gap's top) place what opens under them (`under_teeth`). `at`: the pixels' frame
         position (the grain is fixed there)."""
         shape = inner_shape(inner, face.canonical)
-        tex, source, teeth, opening = self.library.blend(shape)
+        tex, source, opening = self.library.blend(shape)
         tex = matched(tex, source, face)
         unit = float(np.linalg.norm(face.canonical[0, :2]))  # canonical units per px
         lips = rgb_of(face.lips[0][None])[0]
