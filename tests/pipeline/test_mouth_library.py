@@ -57,6 +57,7 @@ RING_MAX = 1.2  # ... and at most: no white band inside the outline (where a sti
 GAP = 0.5  # the referee's inner-lip gap on the library's render, x the painted one's, at
 # least (the same warp opens both; on real teeth dlib's inner lips close in: 0.58 on
 # grace_hopper, whose painted cavity it reads as all gap)
+LOWER_TEETH = 3.0  # under a still's own teeth: the lower teeth's luma x the cavity's, at least
 JUMP = 0.08  # the largest change of the texture in a 1/400 step of the opening
 
 
@@ -209,6 +210,28 @@ def test_a_missing_library_is_one_line_and_the_painted_mouth(tmp_path, monkeypat
     with caplog.at_level(logging.WARNING, logger=library.__name__):
         assert np.array_equal(opened_wide(s.image, s.truth), painted)
     assert len([r for r in caplog.records if r.name == library.__name__]) == 1
+
+
+def test_under_a_still_s_own_teeth_its_lower_teeth_rise_from_the_lower_lip():
+    """Wide open, down the middle of the gap from the moved upper inner lip (62) to the
+    lower (66): the stored upper teeth, then the cavity, then the library's lower teeth
+    over the lower lip, at least LOWER_TEETH x the cavity's luma (measured 4.3x on the
+    astronaut, 5.4x on breakingbad_jesse). Read down from the entries' parting, as
+    before, the gap was cavity nearly to the lower lip: 1.9x on the astronaut."""
+    for name in ("astronaut", "breakingbad_jesse"):
+        s = faces.samples((name,), ("upright",))[0]
+        assets = still_assets(s.image, "facemesh", detect_box(s.image, s.truth.mean(0)))
+        r = WarpRenderer()
+        r.prepare(assets, speech(1.0, 48000, seed=3), 48000, 25, 25.0)
+        r._open[:], r._shape[:] = 1.0, 0.0
+        out = r.render(0, 0, s.image)
+        inner = r._plan(0).moved_inner(1.0, 0.0)
+        t = np.linspace(0.0, 1.0, 41)[:, None]
+        down = np.round(inner[2] + t * (inner[6] - inner[2])).astype(int)
+        y = luma(out)[down[:, 1], down[:, 0]]
+        cavity, lower = float(np.median(y[18:25])), float(y[28:37].max())
+        print(f"{name}: cavity {cavity:.0f}, lower teeth {lower:.0f}")
+        assert lower >= LOWER_TEETH * cavity, (name, y.round().tolist())
 
 
 def test_a_loop_opens_the_library_under_its_own_teeth_only(monkeypatch):
