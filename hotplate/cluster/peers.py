@@ -1,19 +1,26 @@
-"""A job's requests reach the replica that owns it, whichever replica Serve picked.
+"""A job's or a session's requests reach the replica that owns it, whichever replica
+Serve picked.
 
 A job lives on one replica of `hotplate serve --ray`: its record and progress in that
 replica's memory and data dir, its render on that replica's workers, its video on that
-node's disk. Serve's proxy spreads requests over the replicas and a browser's `<video
-src>` or EventSource cannot name one, so each replica routes what it does not own:
+node's disk. A conversation session too: its worker holds the peer connection, and its
+control socket is that replica's. Serve's proxy spreads requests over the replicas and a
+browser's `<video src>`, EventSource or WebSocket cannot name one, so each replica
+routes what it does not own:
 
-- job ids start with the owning replica's tag (`<tag>-<16 hex>`, ServeConfig.replica);
+- job ids start with the owning replica's tag (`<tag>-<16 hex>`, ServeConfig.replica),
+  and a session's id is its talk job's;
 - every replica also listens on its node's address on a port of its own (`listen`),
   serving the same app behind a gate that takes only requests carrying the deployment's
   peer secret (derived from the shared signing key);
 - `PeerRouter` (outermost in each replica's app) forwards `/v1/renders/<id>[/events|
-  /video]` of another replica's job to that replica's listener, streaming both ways
-  (Range, Server-Sent Events, DELETE), with the client's own headers, so the owner's
-  guard checks token, Host and Origin as for a direct request; `GET /v1/renders` merges
-  every replica's list;
+  /video]` of another replica's job, and `/v1/sessions/<id>[/whep[/peer]|/speech|
+  /interrupt|/switch]` of its session, to that replica's listener, streaming both ways
+  (Range, Server-Sent Events, DELETE, the speech WebSocket's messages and its close),
+  with the client's own headers, so the owner's guard checks token, Host and Origin as
+  for a direct request; `GET /v1/renders` merges every replica's list. A session's
+  media does not pass through here: the owner's answer to the WHEP offer holds its own
+  node's ICE candidates, and the player sends to them;
 - a named actor (`hotplate-peers`) maps tags to listeners; each replica registers before
   its start finishes (`register`: Serve routes nothing to it until then, so no job id of
   it is ever out before the others can find it) and again every REGISTER_EVERY seconds
@@ -47,8 +54,16 @@ PROBE_PATH = "/peer/ready"  # answered by the peer gate itself, never by the app
 # below uvicorn's keep-alive (5 s): a pooled connection is never reused just as the peer
 # listener closes it, which would read as the owner being gone
 KEEPALIVE_S = 2.0
-# a job's own routes; the tag is the owner's (see hotplate/serve/records.py: new_id)
-JOB_PATH = re.compile(r"/v1/renders/(?P<tag>[a-z0-9]{1,32})-[0-9a-f]{16}(/events|/video)?")
+# a job's own routes and a session's; the tag is the owner's (hotplate/serve/records.py:
+# new_id; a session's id is its talk job's)
+_OWNED_ID = r"(?P<tag>[a-z0-9]{1,32})-[0-9a-f]{16}"
+OWNED_PATHS = (
+    re.compile(rf"/v1/renders/{_OWNED_ID}(/events|/video)?"),
+    re.compile(rf"/v1/sessions/{_OWNED_ID}(/whep|/whep/peer|/speech|/interrupt|/switch)?"),
+)
+# a WebSocket's handshake headers are its own, made again for the hop to the owner
+SOCKET_OWN = (b"host", b"origin", b"user-agent")
+WS_UNREACHABLE = 1011  # the owner went away mid-socket: an internal error, as RFC 6455 has it
 HOP_BY_HOP = {
     b"connection",
     b"keep-alive",
@@ -99,19 +114,31 @@ def replica_tag(unique_id: str) -> str:
     return re.sub(r"[^a-z0-9]", "", unique_id.lower())[:32] or "replica"
 
 
+def owner_tag(path: str) -> str | None:
+    """The tag of the replica that owns `path` (a job's or a session's route), or None."""
+    for pattern in OWNED_PATHS:
+        if found := pattern.fullmatch(path):
+            return found["tag"]
+    return None
+
+
 class PeerGate:
-    """The listener's app: requests without the peer secret get 403; the peer probe is
-    answered here (`probe()`, JSON); the others are marked as forwarded (`PeerRouter`
-    then answers them here) and passed on."""
+    """The listener's app: requests and WebSockets without the peer secret get 403; the
+    peer probe is answered here (`probe()`, JSON); the others are marked as forwarded
+    (`PeerRouter` then answers them here) and passed on."""
 
     def __init__(self, app: Any, secret: bytes, probe: Callable[[], dict] | None = None) -> None:
         self.app, self.secret, self.probe = app, secret, probe
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
         given = next((v for k, v in scope["headers"] if k == PEER_HEADER), b"")
         if not hmac.compare_digest(given, self.secret):
+            if scope["type"] == "websocket":  # closed before its accept: a 403
+                await receive()  # websocket.connect
+                await send({"type": "websocket.close", "code": 1008})
+                return
             await send({"type": "http.response.start", "status": 403, "headers": []})
             await send({"type": "http.response.body", "body": b"not a peer"})
             return
@@ -134,11 +161,17 @@ class PeerRouter:
         self.client: Any = None
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope.get("hotplate.peer"):
+        if scope["type"] not in ("http", "websocket") or scope.get("hotplate.peer"):
             return await self.app(scope, receive, send)
-        found = JOB_PATH.fullmatch(scope["path"])
-        if found and found["tag"] != self.tag:
-            url = await self._url(found["tag"])
+        tag = owner_tag(scope["path"])
+        if scope["type"] == "websocket":
+            if tag is not None and tag != self.tag:
+                receive = await self._forward_socket(tag, scope, receive, send)
+                if receive is None:
+                    return
+            return await self.app(scope, receive, send)
+        if tag is not None and tag != self.tag:
+            url = await self._url(tag)
             if url is not None and await self._forward(url, scope, receive, send):
                 return
             # no such replica (or it died): the local app answers (the guard, then 404)
@@ -191,7 +224,7 @@ class PeerRouter:
                 more = message.get("more_body", False)
 
         has_body = any(k in (b"content-length", b"transfer-encoding") for k, _ in scope["headers"])
-        tag = JOB_PATH.fullmatch(scope["path"])["tag"]
+        tag = owner_tag(scope["path"])
         # a request without a body is sent once more, on a new connection, before the
         # owner counts as gone: forgetting a live owner would make its jobs read 404
         # everywhere until it registers again (up to REGISTER_EVERY)
@@ -223,6 +256,70 @@ class PeerRouter:
         finally:
             await response.aclose()
         return True
+
+    async def _forward_socket(self, tag: str, scope: dict, receive: Any, send: Any) -> Any:
+        """Open the WebSocket on the owner and relay its messages both ways, and its close;
+        the owner's refusal (its guard's 403) is the client's. Returns None when done, or,
+        when the owner cannot be reached, the `receive` the local app answers with (it
+        reads the handshake again)."""
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import InvalidStatus
+
+        handshake = await receive()  # websocket.connect
+        if handshake["type"] != "websocket.connect":
+            return None
+        url = await self._url(tag)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        keep = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in scope["headers"]
+            if k not in HOP_BY_HOP and k not in SOCKET_OWN and not k.startswith(b"sec-websocket-")
+        ]
+        keep.append((PEER_HEADER.decode(), self.secret.decode()))
+        query = scope.get("query_string", b"").decode("latin-1")
+        # the client's Host, so that the owner's guard checks it and the Origin against
+        # it as on a direct request; the connection itself goes to the listener
+        host = headers.get("host") or "localhost"
+        target = f"ws://{host}{scope['path']}" + (f"?{query}" if query else "")
+        owner = None
+        if url is not None:
+            listener = _host_port(url)
+            try:
+                owner = await connect(
+                    target,
+                    host=listener[0],
+                    port=listener[1],
+                    additional_headers=keep,
+                    origin=headers.get("origin"),
+                    user_agent_header=headers.get("user-agent"),
+                    compression=None,
+                    proxy=None,
+                    open_timeout=10.0,
+                    max_size=None,  # the owner's guard bounds what it takes and sends
+                )
+            except InvalidStatus:  # refused by the owner's guard
+                await send({"type": "websocket.close", "code": 1008})
+                return None
+            except (OSError, TimeoutError) as exc:
+                log.info("replica %s at %s is gone (%s); forgetting it", tag, url, exc)
+                await self._forget(tag, url)
+        if owner is None:
+            replayed = [handshake]
+
+            async def again() -> dict:
+                return replayed.pop() if replayed else await receive()
+
+            return again
+        await send({"type": "websocket.accept", "headers": [(FORWARDED_BY, self.tag.encode())]})
+        upstream = asyncio.ensure_future(_client_to_owner(receive, owner))
+        downstream = asyncio.ensure_future(_owner_to_client(owner, send))
+        try:
+            await asyncio.wait({upstream, downstream}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (upstream, downstream):
+                task.cancel()
+            await owner.close()
+        return None
 
     async def _relay(self, response: Any, send: Any) -> None:
         async for chunk in response.aiter_raw():
@@ -258,6 +355,38 @@ class PeerRouter:
                 renders += answer.json()["renders"]
         renders.sort(key=lambda job: job.get("created") or 0, reverse=True)
         await local.replay(send, json.dumps({"renders": renders[:limit]}).encode())
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    """(host, port) of a listener's `http://host:port`."""
+    host, _, port = url.removeprefix("http://").rpartition(":")
+    return host, int(port)
+
+
+async def _client_to_owner(receive: Any, owner: Any) -> None:
+    """The client's messages to the owner, until the client goes."""
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            return
+        if message.get("bytes") is not None:
+            await owner.send(message["bytes"])
+        elif message.get("text") is not None:
+            await owner.send(message["text"])
+
+
+async def _owner_to_client(owner: Any, send: Any) -> None:
+    """The owner's messages to the client, then the owner's close (its code and reason)."""
+    from websockets.exceptions import ConnectionClosed
+
+    with contextlib.suppress(ConnectionClosed):
+        async for data in owner:
+            kind = "bytes" if isinstance(data, bytes) else "text"
+            await send({"type": "websocket.send", kind: data})
+    said = owner.close_rcvd
+    code, reason = (said.code, said.reason) if said is not None else (WS_UNREACHABLE, "")
+    with contextlib.suppress(Exception):  # the client may be gone already
+        await send({"type": "websocket.close", "code": code, "reason": reason})
 
 
 async def _disconnected(receive: Any) -> None:

@@ -16,9 +16,10 @@ ingress, one app per replica, each with its render workers and models kept loade
 - Each response names the Ray node that served it (`x-hotplate-node`), for tests and
   for an operator reading logs.
 
-- The job API works whichever replica answers: job ids name their replica, and a
-  replica forwards another's job requests there (`hotplate/cluster/peers.py`); the
-  replicas share one signing key, so a URL any of them signed opens on all.
+- The job API and conversation sessions work whichever replica answers: job and
+  session ids name their replica, and a replica forwards another's requests there
+  (`hotplate/cluster/peers.py`, the speech WebSocket too); the replicas share one
+  signing key, so a URL any of them signed opens on all.
 
 Routes, auth and limits are the app's own. `/readyz` answers 200 only when the whole
 deployment can answer: every replica wanted is up and registered, reachable, with one

@@ -16,6 +16,8 @@ this machine on 127.0.0.1, one CPU each), each node with its own store
 - the whole job API (status, events, video, DELETE, the list, a stream's job) and signed
   URLs work whichever replica answers, and the page works against the deployment in
   Chromium;
+- a conversation session (WHEP, the speech WebSocket, its figures, interrupt, DELETE)
+  works whichever replica answers: an aiortc player gets its pictures and its speech;
 - a wait for another node's build ends at the caller's flight_wait;
 - /readyz says 503 while a wanted replica cannot start (three wanted, two placed).
 
@@ -41,8 +43,9 @@ import pytest
 
 from cachestore.store import forget_store, open_store
 from hotplate.cli.common import invocation
+from hotplate.demo_data import make_speech_audio
 from testkit.nginx import Nginx
-from testkit.serve_helpers import free_port, make_world, speech
+from testkit.serve_helpers import free_port, make_world, speak, speech
 
 pytestmark = pytest.mark.slow
 
@@ -443,6 +446,70 @@ def test_the_job_api_answers_whichever_replica_serve_picks(served):
         assert c.get(job["status_url"]).status_code == 404
     print(f"{forwarded} of {answered} job reads forwarded to the owner")
     assert 0 < forwarded < answered
+
+
+def test_a_session_answers_whichever_replica_serve_picks(served):
+    """A session lives on one replica (its worker holds the peer connection); Serve sends
+    each of its requests to either. The WHEP offer, the speech WebSocket (signed), its
+    figures, an interrupt and DELETE all answer, the player gets pictures and the speech
+    it sent, and some requests and sockets were forwarded by the other replica (without
+    forwarding, the speech sockets that landed there closed with "no live session")."""
+    import asyncio
+
+    from testkit.webrtc_peer import WhepPeer, audio_since, rms
+
+    url = served["url"]
+    said = (make_speech_audio(0.6, 24000, 3) * 32767).astype("<i2").tobytes()
+
+    async def run() -> tuple[int, int]:
+        async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=120) as c:
+            made = await c.post("/v1/sessions", json={"persona": "astro", "attire": "studio"})
+            assert made.status_code == 201, made.text
+            s, owner = made.json(), made.headers["x-hotplate-replica"]
+            peer = WhepPeer()
+            try:
+                answer = await peer.connect(c, s["whep"])
+                assert answer.status_code == 201, answer.text
+                await asyncio.wait_for(peer.received.first_video.wait(), 60)
+                routes = {"forwarded": 0, "direct": 0}
+                for _ in range(16):  # sockets and reads until both routes were taken
+                    spoke = time.monotonic()
+                    ws = await speak(url, s, said)
+                    by = ws.response.headers.get("x-hotplate-forwarded-by")
+                    await ws.close()
+                    figures = await c.get(f"/v1/sessions/{s['id']}")
+                    assert figures.status_code == 200, figures.text
+                    assert figures.headers["x-hotplate-replica"] == owner  # the owner's
+                    routes["forwarded" if by else "direct"] += 1
+                    routes[
+                        "forwarded" if "x-hotplate-forwarded-by" in figures.headers else "direct"
+                    ] += 1
+                    # the speech reached the owner's worker, and the player hears it
+                    deadline = time.monotonic() + 30
+                    while rms(audio_since(peer.received, spoke)) < 500:
+                        assert time.monotonic() < deadline, "the speech was not heard"
+                        await asyncio.sleep(0.1)
+                    if min(routes.values()) >= 2:
+                        break
+                assert min(routes.values()) >= 2, routes
+                unsigned = url.replace("http", "ws", 1) + s["speech"].split("?")[0]
+                import websockets
+
+                with pytest.raises(Exception, match="1008|403"):
+                    async with websockets.connect(unsigned) as ws:
+                        await ws.send(json.dumps({"sample_rate": 24000, "channels": 1}))
+                        await ws.recv()
+                assert (await c.post(s["interrupt"])).status_code == 204
+                assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
+                for _ in range(4):  # gone on both replicas
+                    gone = await c.get(f"/v1/sessions/{s['id']}")
+                    assert gone.status_code == 404, gone.text
+            finally:
+                await peer.close()
+            return routes["forwarded"], routes["direct"]
+
+    forwarded, direct = asyncio.run(run())
+    print(f"session: {forwarded} requests and sockets forwarded to the owner, {direct} direct")
 
 
 def test_the_page_works_against_two_replicas_in_chromium(served, tmp_path):
