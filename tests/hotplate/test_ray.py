@@ -499,6 +499,15 @@ def test_a_session_answers_whichever_replica_serve_picks(served):
                     async with websockets.connect(unsigned) as ws:
                         await ws.send(json.dumps({"sample_rate": 24000, "channels": 1}))
                         await ws.recv()
+                # a replica's peer listener takes no socket without the peer secret
+                import ray
+
+                book = ray.get_actor("hotplate-peers", namespace="hotplate")
+                for listener in (await book.all.remote()).values():
+                    bare = listener.replace("http", "ws", 1) + s["speech"]
+                    with pytest.raises(Exception, match="403"):
+                        async with websockets.connect(bare):
+                            pass
                 assert (await c.post(s["interrupt"])).status_code == 204
                 assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
                 for _ in range(4):  # gone on both replicas
