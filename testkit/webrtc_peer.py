@@ -95,18 +95,20 @@ class WhepPeer:
         channel: bool = False,
         audio_first: bool = False,
         relay: tuple[str, str, str] | None = None,
+        host: tuple[str, ...] = ("127.0.0.1",),
     ) -> None:
         """`audio_first`: the audio m-line before the video's, as a browser's Pipecat
         client offers (Pipecat's SmallWebRTC transport takes the first for audio).
         `relay`: (TURN URL, username, password): this peer offers only a relay candidate
         on that server and sends and receives through it (ICE's "relay" policy), as a
-        player behind a NAT that lets nothing else through."""
+        player behind a NAT that lets nothing else through. `host`: the addresses it
+        gathers its host candidates on (loopback by default)."""
         from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
         from aiortc.rtcconfiguration import RTCIceTransportPolicy
 
         from hotplate.serve.rtc import configure_ice
 
-        configure_ice(["127.0.0.1"])  # loopback only
+        configure_ice(list(host))
         # no ICE servers but the relay: aiortc's default (None) asks a public STUN server
         servers, policy = [], RTCIceTransportPolicy.ALL
         if relay is not None:

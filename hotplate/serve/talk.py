@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from hotplate.serve import talk_wire as wire
-from hotplate.serve.trickle import TrickleError, add_candidates, remote_candidate_types
+from hotplate.serve.trickle import (
+    TrickleError,
+    add_candidates,
+    remote_candidate_types,
+    selected_candidate_type,
+)
 
 CONNECT_TIMEOUT = 15.0  # s from ready: the server connects to the control socket
 # s from ready: a session no player connects to ends
@@ -167,6 +172,7 @@ class TalkSession:
             out["ice"] = {
                 "trickled": self.trickled,
                 "remote_candidates": remote_candidate_types(self.peer.pc),
+                "selected": selected_candidate_type(self.peer.pc),
             }
         return out
 

@@ -123,3 +123,15 @@ def remote_candidate_types(pc) -> dict[str, int]:
         for candidate in transports[0].transport.getRemoteCandidates():
             counts[candidate.type] = counts.get(candidate.type, 0) + 1
     return counts
+
+
+def selected_candidate_type(pc) -> str | None:
+    """The type of the player's candidate on the pair ICE chose, the one the media flows
+    to ("host"; "prflx" through a NAT the offer did not know; "relay" through a TURN
+    server), or None before one is chosen. aioice keeps the pair in a private field
+    (aioice is pinned with the `webrtc` extra)."""
+    transports = [t.receiver.transport for t in pc.getTransceivers()]
+    if not transports:
+        return None
+    pair = transports[0].transport._connection._nominated.get(1)  # component 1: RTP
+    return None if pair is None else pair.remote_candidate.type

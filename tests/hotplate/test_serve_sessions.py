@@ -489,6 +489,7 @@ def test_a_turn_server_relays_with_its_credentials_and_a_refusal_is_one_line(tmp
                 # the session's ICE knows this player by its relay candidate only
                 ice = (await c.get(f"/v1/sessions/{s['id']}")).json()["ice"]
                 assert set(ice["remote_candidates"]) == {"relay"}, ice
+                assert ice["selected"] == "relay", ice
                 assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
                 await peer.close()
             return [x for x in offered if x.startswith("a=candidate")], len(peer.received.video)

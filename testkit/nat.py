@@ -1,0 +1,83 @@
+"""A real NAT between a player and a server, for the sessions' tests: three Linux network
+namespaces joined by veth pairs, the router's outside address masquerading the player's
+private network (Debian's nftables, the kernel's netfilter NAT), as a home router does.
+
+    server  10.77.0.1 --- 10.77.0.2 router 192.168.77.1 --- 192.168.77.2  player
+
+The server's namespace has no route to 192.168.77.0/24: the player's own address is
+unreachable from it, and what reaches it from the player comes from the router's
+address, on a port the NAT chose. Each namespace has its loopback up. `run(where, cmd)`
+is `cmd` run inside one of them. Needs root, `ip` (iproute2) and `nft` (nftables):
+testkit.preconditions.Missing otherwise (a test skips, or fails in CI)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from testkit.preconditions import require
+
+SERVER, ROUTER_OUT, ROUTER_IN, PLAYER = "10.77.0.1", "10.77.0.2", "192.168.77.1", "192.168.77.2"
+
+
+class Nat:
+    def __init__(self) -> None:
+        tag = f"hp{os.getpid()}"
+        self.server, self.router, self.player = (f"{tag}{x}" for x in "srp")
+
+    def start(self) -> Nat:
+        ip, nft = shutil.which("ip"), shutil.which("nft")
+        require(ip and nft, "ip or nft is missing (`just setup` installs iproute2 and nftables)")
+        require(os.geteuid() == 0, "a NAT of network namespaces needs root")
+        try:
+            for ns in (self.server, self.router, self.player):
+                _ip("netns", "add", ns)
+                _ip("-n", ns, "link", "set", "lo", "up")
+            _link(self.server, "s0", SERVER, self.router, "r0", ROUTER_OUT)
+            _link(self.player, "p0", PLAYER, self.router, "r1", ROUTER_IN)
+            _ip("-n", self.player, "route", "add", "default", "via", ROUTER_IN)
+            self.run(self.router, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+            rules = (
+                "add table ip nat; "
+                "add chain ip nat post { type nat hook postrouting priority 100 ; } ; "
+                'add rule ip nat post oifname "r0" masquerade'
+            )
+            self.run(self.router, ["nft", rules])
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def command(self, where: str, cmd: list[str]) -> list[str]:
+        """`cmd` as run inside namespace `where`."""
+        return ["ip", "netns", "exec", where, *cmd]
+
+    def run(self, where: str, cmd: list[str]) -> None:
+        done = subprocess.run(self.command(where, cmd), capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(cmd)} in {where}: {done.stderr.strip()}")
+
+    def stop(self) -> None:
+        for ns in (self.server, self.router, self.player):  # their links go with them
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+    def __enter__(self) -> Nat:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+def _link(ns_a: str, a: str, addr_a: str, ns_b: str, b: str, addr_b: str) -> None:
+    """A veth pair, end `a` in `ns_a` at addr_a/24 and end `b` in `ns_b` at addr_b/24."""
+    _ip("link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b, "netns", ns_b)
+    for ns, end, addr in ((ns_a, a, addr_a), (ns_b, b, addr_b)):
+        _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", end)
+        _ip("-n", ns, "link", "set", end, "up")
