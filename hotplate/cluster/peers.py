@@ -64,6 +64,7 @@ OWNED_PATHS = (
 # a WebSocket's handshake headers are its own, made again for the hop to the owner
 SOCKET_OWN = (b"host", b"origin", b"user-agent")
 WS_UNREACHABLE = 1011  # the owner went away mid-socket: an internal error, as RFC 6455 has it
+WS_REFUSED = 1008  # a close before the accept: the client reads it as HTTP 403
 HOP_BY_HOP = {
     b"connection",
     b"keep-alive",
@@ -137,7 +138,7 @@ class PeerGate:
         if not hmac.compare_digest(given, self.secret):
             if scope["type"] == "websocket":  # closed before its accept: a 403
                 await receive()  # websocket.connect
-                await send({"type": "websocket.close", "code": 1008})
+                await send({"type": "websocket.close", "code": WS_REFUSED})
                 return
             await send({"type": "http.response.start", "status": 403, "headers": []})
             await send({"type": "http.response.body", "body": b"not a peer"})
@@ -263,7 +264,7 @@ class PeerRouter:
         when the owner cannot be reached, the `receive` the local app answers with (it
         reads the handshake again)."""
         from websockets.asyncio.client import connect
-        from websockets.exceptions import InvalidStatus
+        from websockets.exceptions import InvalidHandshake, InvalidStatus
 
         handshake = await receive()  # websocket.connect
         if handshake["type"] != "websocket.connect":
@@ -298,9 +299,9 @@ class PeerRouter:
                     max_size=None,  # the owner's guard bounds what it takes and sends
                 )
             except InvalidStatus:  # refused by the owner's guard
-                await send({"type": "websocket.close", "code": 1008})
+                await send({"type": "websocket.close", "code": WS_REFUSED})
                 return None
-            except (OSError, TimeoutError) as exc:
+            except (OSError, TimeoutError, InvalidHandshake) as exc:
                 log.info("replica %s at %s is gone (%s); forgetting it", tag, url, exc)
                 await self._forget(tag, url)
         if owner is None:
@@ -314,7 +315,11 @@ class PeerRouter:
         upstream = asyncio.ensure_future(_client_to_owner(receive, owner))
         downstream = asyncio.ensure_future(_owner_to_client(owner, send))
         try:
+            # the owner's close ends downstream; upstream ends when the client goes, or
+            # at the owner's close (downstream then tells the client)
             await asyncio.wait({upstream, downstream}, return_when=asyncio.FIRST_COMPLETED)
+            if upstream.done() and owner.close_rcvd is not None:
+                await downstream
         finally:
             for task in (upstream, downstream):
                 task.cancel()
@@ -364,15 +369,19 @@ def _host_port(url: str) -> tuple[str, int]:
 
 
 async def _client_to_owner(receive: Any, owner: Any) -> None:
-    """The client's messages to the owner, until the client goes."""
-    while True:
-        message = await receive()
-        if message["type"] == "websocket.disconnect":
-            return
-        if message.get("bytes") is not None:
-            await owner.send(message["bytes"])
-        elif message.get("text") is not None:
-            await owner.send(message["text"])
+    """The client's messages to the owner, until the client goes (or the owner: its
+    close is then the client's, `_owner_to_client`)."""
+    from websockets.exceptions import ConnectionClosed
+
+    with contextlib.suppress(ConnectionClosed):
+        while True:
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if message.get("bytes") is not None:
+                await owner.send(message["bytes"])
+            elif message.get("text") is not None:
+                await owner.send(message["text"])
 
 
 async def _owner_to_client(owner: Any, send: Any) -> None:
