@@ -318,7 +318,7 @@ class PeerRouter:
             # the owner's close ends downstream; upstream ends when the client goes, or
             # at the owner's close (downstream then tells the client)
             await asyncio.wait({upstream, downstream}, return_when=asyncio.FIRST_COMPLETED)
-            if upstream.done() and owner.close_rcvd is not None:
+            if upstream.done() and owner.protocol.close_rcvd is not None:
                 await downstream
         finally:
             for task in (upstream, downstream):
@@ -392,8 +392,8 @@ async def _owner_to_client(owner: Any, send: Any) -> None:
         async for data in owner:
             kind = "bytes" if isinstance(data, bytes) else "text"
             await send({"type": "websocket.send", kind: data})
-    said = owner.close_rcvd
-    code, reason = (said.code, said.reason) if said is not None else (WS_UNREACHABLE, "")
+    said = owner.protocol.close_rcvd  # None: the owner went without a close frame
+    code, reason = (int(said.code), said.reason) if said is not None else (WS_UNREACHABLE, "")
     with contextlib.suppress(Exception):  # the client may be gone already
         await send({"type": "websocket.close", "code": code, "reason": reason})
 
