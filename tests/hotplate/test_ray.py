@@ -503,6 +503,13 @@ def test_a_session_answers_whichever_replica_serve_picks(served):
                     async with websockets.connect(unsigned) as ws:
                         await ws.send(json.dumps({"sample_rate": 24000, "channels": 1}))
                         await ws.recv()
+                # another site's page may not open it, on either replica (the owner's
+                # guard judges the Origin a forwarded socket carries)
+                for _ in range(6):
+                    with pytest.raises(Exception, match="403"):
+                        signed = url.replace("http", "ws", 1) + s["speech"]
+                        async with websockets.connect(signed, origin="http://evil.example"):
+                            pass
                 # a replica's peer listener takes no socket without the peer secret
                 import ray
 
