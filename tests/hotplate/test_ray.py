@@ -17,7 +17,9 @@ this machine on 127.0.0.1, one CPU each), each node with its own store
   URLs work whichever replica answers, and the page works against the deployment in
   Chromium;
 - a conversation session (WHEP, the speech WebSocket, its figures, interrupt, DELETE)
-  works whichever replica answers: an aiortc player gets its pictures and its speech;
+  works whichever replica answers: an aiortc player gets its pictures and its speech, a
+  forwarded socket gets the owner's close when the session ends, and a socket without
+  its signature, from another site, or to a peer listener without the secret is refused;
 - a wait for another node's build ends at the caller's flight_wait;
 - /readyz says 503 while a wanted replica cannot start (three wanted, two placed).
 
