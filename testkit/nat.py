@@ -37,7 +37,8 @@ class Nat:
             _link(self.server, "s0", SERVER, self.router, "r0", ROUTER_OUT)
             _link(self.player, "p0", PLAYER, self.router, "r1", ROUTER_IN)
             _ip("-n", self.player, "route", "add", "default", "via", ROUTER_IN)
-            self.run(self.router, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+            # (/proc/sys/net is the namespace's own; no sysctl binary needed)
+            self.run(self.router, ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])
             rules = (
                 "add table ip nat; "
                 "add chain ip nat post { type nat hook postrouting priority 100 ; } ; "
