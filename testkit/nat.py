@@ -55,9 +55,7 @@ class Nat:
         return ["ip", "netns", "exec", where, *cmd]
 
     def run(self, where: str, cmd: list[str]) -> None:
-        done = subprocess.run(self.command(where, cmd), capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"{' '.join(cmd)} in {where}: {done.stderr.strip()}")
+        _run(self.command(where, cmd))
 
     def stop(self) -> None:
         for ns in (self.server, self.router, self.player):  # their links go with them
@@ -70,10 +68,14 @@ class Nat:
         self.stop()
 
 
-def _ip(*args: str) -> None:
-    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
-        raise RuntimeError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+        raise RuntimeError(f"{' '.join(cmd)}: {done.stderr.strip()}")
+
+
+def _ip(*args: str) -> None:
+    _run(["ip", *args])
 
 
 def _link(ns_a: str, a: str, addr_a: str, ns_b: str, b: str, addr_b: str) -> None:

@@ -118,9 +118,9 @@ def remote_candidate_types(pc) -> dict[str, int]:
     the PATCHes (host, srflx, relay), and "prflx" for an address it learnt only from the
     player's checks (a candidate that was never sent, or came after its check)."""
     counts: dict[str, int] = {}
-    transports = [t.receiver.transport for t in pc.getTransceivers()]
-    if transports:  # bundled: the first m-line's transport is every m-line's
-        for candidate in transports[0].transport.getRemoteCandidates():
+    ice = _ice(pc)
+    if ice is not None:
+        for candidate in ice.getRemoteCandidates():
             counts[candidate.type] = counts.get(candidate.type, 0) + 1
     return counts
 
@@ -130,8 +130,13 @@ def selected_candidate_type(pc) -> str | None:
     to ("host"; "prflx" through a NAT the offer did not know; "relay" through a TURN
     server), or None before one is chosen. aioice keeps the pair in a private field
     (aioice is pinned with the `webrtc` extra)."""
-    transports = [t.receiver.transport for t in pc.getTransceivers()]
-    if not transports:
-        return None
-    pair = transports[0].transport._connection._nominated.get(1)  # component 1: RTP
+    ice = _ice(pc)
+    pair = None if ice is None else ice._connection._nominated.get(1)  # component 1: RTP
     return None if pair is None else pair.remote_candidate.type
+
+
+def _ice(pc):
+    """The peer's ICE transport, or None before it has one: bundled, the first m-line's
+    transport is every m-line's."""
+    transports = [t.receiver.transport for t in pc.getTransceivers()]
+    return transports[0].transport if transports else None
