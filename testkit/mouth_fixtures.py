@@ -182,11 +182,19 @@ def talking_clip(image: np.ndarray, wav: Path, out: Path) -> Path:
     `wav` (espeak-ng), its mouth opened and closed by a known warp (the warp renderer's
     procedural mouth, no bank, opened by loudness: a clip whose mouth loudness opens, as
     the bank's tests need), H.264 and the speech as AAC. No real talking clip with its
-    own audio ships in a package (testkit/faces_manifest.toml's clips have none)."""
+    own audio ships in a package (testkit/faces_manifest.toml's clips have none).
+
+    The clip is the image widened by its own edge to whole 64s on both sides: x264
+    encoded 660x660 or 672x672 as another bitstream now and then, and the tests' figures
+    moved with it; 704x704 came out the same every time (docs/DESIGN.md, "The talking
+    clip is the same clip every run")."""
     from pipeline.render.audio import load_audio, n_video_frames
     from pipeline.render.renderers.warp import WarpRenderer
     from testkit.footage import write_clip
 
+    h, w = image.shape[:2]
+    top, left = (-h % 64) // 2, (-w % 64) // 2
+    image = np.pad(image, ((top, -h % 64 - top), (left, -w % 64 - left), (0, 0)), "edge")
     fps, sr = 25.0, 48000
     audio = load_audio(wav, sr)
     n = n_video_frames(audio.size / sr, fps)
