@@ -64,6 +64,8 @@ OWNED_PATHS = (
 # a WebSocket's handshake headers are its own, made again for the hop to the owner
 SOCKET_OWN = (b"host", b"origin", b"user-agent")
 WS_UNREACHABLE = 1011  # the owner went away mid-socket: an internal error, as RFC 6455 has it
+# the close reason when the owner went away (125 bytes at most, RFC 6455)
+GONE = "the replica that held this session is gone; start a new session"
 WS_REFUSED = 1008  # a close before the accept: the client reads it as HTTP 403
 HOP_BY_HOP = {
     b"connection",
@@ -393,7 +395,7 @@ async def _owner_to_client(owner: Any, send: Any) -> None:
             kind = "bytes" if isinstance(data, bytes) else "text"
             await send({"type": "websocket.send", kind: data})
     said = owner.protocol.close_rcvd  # None: the owner went without a close frame
-    code, reason = (int(said.code), said.reason) if said is not None else (WS_UNREACHABLE, "")
+    code, reason = (int(said.code), said.reason) if said is not None else (WS_UNREACHABLE, GONE)
     with contextlib.suppress(Exception):  # the client may be gone already
         await send({"type": "websocket.close", "code": code, "reason": reason})
 

@@ -11,6 +11,8 @@ this machine on 127.0.0.1, one CPU each), each node with its own store
 - four concurrent cold precompiles, two pinned to each node, make one build;
 - `hotplate sync --ray`'s tasks push what they build;
 - a replica killed mid-request gives the client an error, not a hang;
+- a session's replica killed mid-socket: the socket the other replica forwards closes
+  with 1011 and one line, and the session reads 404;
 - SIGTERM to `hotplate serve --ray` drains: a render queued on a replica finishes whole
   (Serve's graceful shutdown, then the app's lifespan) before the app is gone;
 - the whole job API (status, events, video, DELETE, the list, a stream's job) and signed
@@ -705,6 +707,52 @@ def test_replica_killed_mid_request_is_an_error_not_a_hang(served):
     # Serve starts a new replica and the service answers again
     print(f"client saw: {outcome}")  # which of the two, in the -s output
     deadline = time.monotonic() + READY
+    while not ready(url):
+        assert time.monotonic() < deadline, "the service did not come back"
+        time.sleep(0.5)
+
+
+def test_a_forwarded_speech_socket_ends_in_one_line_when_its_owner_dies(served):
+    """The session's replica is killed (kill -9) while a speech socket the other replica
+    forwards to it is open: that socket closes with 1011 and one line saying why (not a
+    hang, not a bare 1006), and the session then reads 404, not a hang."""
+    import asyncio
+
+    from cachestore.leases import live_leases
+    from hotplate.cluster.peers import GONE
+
+    url, caches = served["url"], served["caches"]
+    said = (make_speech_audio(0.4, 24000, 5) * 32767).astype("<i2").tobytes()
+
+    async def run() -> tuple[int, str]:
+        async with httpx.AsyncClient(base_url=url, headers=AUTH, timeout=120) as c:
+            made = await c.post("/v1/sessions", json={"persona": "astro", "attire": "studio"})
+            assert made.status_code == 201, made.text
+            s = made.json()
+            kept = None
+            for _ in range(16):  # until Serve sends a socket to the replica that forwards
+                ws = await speak(url, s, said)
+                if ws.response.headers.get("x-hotplate-forwarded-by"):
+                    kept = ws
+                    break
+                await ws.close()
+            assert kept is not None, "no speech socket was forwarded in 16"
+            # the session's worker holds a lease; its parent is the owner replica
+            holders = {i.holder.pid for cache in caches.values() for i in live_leases(cache)}
+            replicas = {parent(pid) for pid in holders}
+            assert len(replicas) == 1, f"leases held under {replicas}: not the session's alone"
+            replica = replicas.pop()
+            assert "ServeReplica" in Path(f"/proc/{replica}/cmdline").read_text(errors="replace")
+            os.kill(replica, signal.SIGKILL)
+            await asyncio.wait_for(kept.wait_closed(), 120)
+            gone = await c.get(f"/v1/sessions/{s['id']}")
+            assert gone.status_code == 404, gone.text
+            return kept.close_code, kept.close_reason
+
+    code, reason = asyncio.run(run())
+    print(f"the forwarded socket closed: {code} {reason!r}")
+    assert (code, reason) == (1011, GONE)
+    deadline = time.monotonic() + READY  # Serve starts a new replica
     while not ready(url):
         assert time.monotonic() < deadline, "the service did not come back"
         time.sleep(0.5)
