@@ -22,6 +22,8 @@ this machine on 127.0.0.1, one CPU each), each node with its own store
   works whichever replica answers: an aiortc player gets its pictures and its speech, a
   forwarded socket gets the owner's close when the session ends, and a socket without
   its signature, from another site, or to a peer listener without the secret is refused;
+- the page's Talk mode in Chromium against the two replicas: a clip said, interrupted,
+  the session ended;
 - a wait for another node's build ends at the caller's flight_wait;
 - /readyz says 503 while a wanted replica cannot start (three wanted, two placed).
 
@@ -43,6 +45,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from cachestore.store import forget_store, open_store
@@ -581,6 +584,88 @@ def test_the_page_works_against_two_replicas_in_chromium(served, tmp_path):
         browser.close()
     assert errors == []
     print(f"the page was answered by nodes {sorted(n for n in nodes if n)}")
+
+
+def test_talk_mode_in_chromium_against_two_replicas(served, tmp_path):
+    """The page's Talk mode (token prompt, POST /v1/sessions, WHEP with trickled
+    candidates, "Say the clip" over the speech socket, interrupt over the data channel,
+    the session ended), each request on whichever replica, until the page's WHEP offer
+    went to the replica that did not make the session (Serve picks: 1 in 2 a start)."""
+    from playwright.sync_api import sync_playwright
+
+    from hotplate.demo_data import write_wav
+    from testkit import page_frames
+    from testkit.preconditions import require
+
+    require(CHROMIUM, "needs Debian's chromium (just setup installs it)")
+    microphone = tmp_path / "quiet.wav"  # the clip speaks, not the microphone
+    write_wav(microphone, np.zeros(48000, np.float32), 48000)
+    clip = speech(tmp_path / "clip.wav", 8.0)  # 200 frames if it played whole
+    url = served["url"]
+
+    def figures(session: str) -> dict:
+        answer = httpx.get(f"{url}/v1/sessions/{session}", headers=AUTH, timeout=30)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    with sync_playwright() as p:
+        args = page_frames.talk_args(microphone)
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
+        page = browser.new_page(viewport={"width": 1360, "height": 980})
+        errors, forwarded = [], []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.on("dialog", lambda dialog: dialog.accept(TOKEN))
+        page.on(
+            "response",
+            lambda r: (
+                forwarded.append(r.url)
+                if "/whep" in r.url and r.headers.get("x-hotplate-forwarded-by")
+                else None
+            ),
+        )
+        page.goto(url + "/")
+        card = page.get_by_test_id("card-astro-studio")
+        card.wait_for(timeout=60_000)
+        card.click()
+        starts = 0
+        while starts < 8:  # sessions started until one's WHEP offer was forwarded
+            starts += 1
+            page.click("#talk")
+            page.wait_for_function(
+                "() => window.hotplateTalk.connected"
+                " && document.getElementById('player').readyState >= 2",
+                timeout=120_000,
+            )
+            if forwarded:
+                break
+            page.click("#talk")  # ends it
+            page.wait_for_function("() => window.hotplateTalk.state === 'idle'", timeout=30_000)
+        assert forwarded, "no WHEP offer of 8 went to the other replica"
+        assert page.evaluate("document.getElementById('player').videoWidth") == 270
+        session = page.evaluate("window.hotplateTalk.id")
+        page.set_input_files("#audio", str(clip))
+        page.click("#say")
+        deadline = time.monotonic() + 60
+        while figures(session)["speaking_frames"] == 0:  # the clip reached the worker
+            assert time.monotonic() < deadline, "the clip never reached the session"
+            time.sleep(0.2)
+        page.click("#interrupt")
+        # the mouth stops: speaking frames stop growing well before the clip's 200
+        deadline, last = time.monotonic() + 60, -1
+        while (now := figures(session)["speaking_frames"]) != last:
+            assert time.monotonic() < deadline, "the session went on speaking"
+            last = now
+            time.sleep(1.0)
+        assert last < 150, f"{last} frames spoken: the interrupt did not stop the clip"
+        page.click("#talk")  # ends the session
+        page.wait_for_function("() => window.hotplateTalk.state === 'idle'", timeout=30_000)
+        assert page.inner_text("#error") == ""
+        browser.close()
+    assert errors == []
+    for _ in range(4):  # gone on both replicas
+        gone = httpx.get(f"{url}/v1/sessions/{session}", headers=AUTH, timeout=30)
+        assert gone.status_code == 404, gone.text
+    print(f"talk: WHEP forwarded at start {starts}; {last} frames spoken of 200")
 
 
 def test_four_concurrent_cold_precompiles_across_both_nodes_make_one(cluster):
