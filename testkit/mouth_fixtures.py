@@ -177,6 +177,9 @@ def placement(pixels: np.ndarray, points: np.ndarray) -> tuple[float, float]:
     return float(offset), float(inside.mean())
 
 
+TALKING_RATE = 48000  # the talking clip's sound, Hz
+
+
 def talking_clip(image: np.ndarray, wav: Path, out: Path) -> Path:
     """A talking clip made from a real face: `image` (a still, its mouth closed) speaking
     `wav` (espeak-ng), its mouth opened and closed by a known warp (the warp renderer's
@@ -188,20 +191,26 @@ def talking_clip(image: np.ndarray, wav: Path, out: Path) -> Path:
     encoded 660x660 or 672x672 as another bitstream now and then, and the tests' figures
     moved with it; 704x704 came out the same every time (docs/DESIGN.md, "The talking
     clip is the same clip every run")."""
-    from pipeline.render.audio import load_audio, n_video_frames
-    from pipeline.render.renderers.warp import WarpRenderer
     from testkit.footage import write_clip
 
     h, w = image.shape[:2]
     top, left = (-h % 64) // 2, (-w % 64) // 2
     image = np.pad(image, ((top, -h % 64 - top), (left, -w % 64 - left), (0, 0)), "edge")
-    fps, sr = 25.0, 48000
+    frames, audio = talking_frames(image, wav, TALKING_RATE)
+    return write_clip(out, frames, audio, TALKING_RATE, 25.0)
+
+
+def talking_frames(image: np.ndarray, wav: Path, sr: int) -> tuple[np.ndarray, np.ndarray]:
+    """(frames (n, h, w, 3) at 25 fps, the speech at `sr`): `image` speaking `wav` as
+    `talking_clip` shows it, before it is encoded."""
+    from pipeline.render.audio import load_audio, n_video_frames
+    from pipeline.render.renderers.warp import WarpRenderer
+
     audio = load_audio(wav, sr)
-    n = n_video_frames(audio.size / sr, fps)
+    n = n_video_frames(audio.size / sr, 25.0)
     r = WarpRenderer(phones=False)
-    r.prepare(still_assets(image), audio, sr, n, fps)
-    frames = np.stack([r.render(t, 0, image) for t in range(n)])
-    return write_clip(out, frames, audio, sr, fps)
+    r.prepare(still_assets(image), audio, sr, n, 25.0)
+    return np.stack([r.render(t, 0, image) for t in range(n)]), audio
 
 
 def asked_opening(assets, wav: Path, n: int, fps: float = 25.0) -> np.ndarray:

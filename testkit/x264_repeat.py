@@ -23,18 +23,12 @@ import numpy as np
 def clip_frames() -> np.ndarray:
     """(n, 660, 660, 3): grace_hopper speaking the bank tests' sentences, as the fixture
     renders them."""
-    from pipeline.render.audio import load_audio, n_video_frames
-    from pipeline.render.renderers.warp import WarpRenderer
     from testkit import faces
-    from testkit.mouth_fixtures import SENTENCES, espeak, still_assets
+    from testkit.mouth_fixtures import SENTENCES, TALKING_RATE, espeak, talking_frames
 
     face = faces.samples(("grace_hopper",), ("upright",))[0].image
     wav = espeak(SENTENCES, Path(tempfile.mkdtemp()) / "speech.wav")
-    audio = load_audio(wav, 48000)
-    n = n_video_frames(audio.size / 48000, 25.0)
-    r = WarpRenderer(phones=False)
-    r.prepare(still_assets(face), audio, 48000, n, 25.0)
-    return np.stack([r.render(t, 0, face) for t in range(n)])
+    return talking_frames(face, wav, TALKING_RATE)[0]
 
 
 def encode(frames: np.ndarray, dirty: np.random.Generator) -> str:
