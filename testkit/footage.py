@@ -94,6 +94,9 @@ def load(name: str) -> Footage:
     return Footage(c, frames, fps, load_audio(c.path, sr), sr)
 
 
+X264 = {"crf": "18", "preset": "fast"}  # `write_clip`'s encoder options
+
+
 def write_clip(path: Path, frames: np.ndarray, audio: np.ndarray, sr: int, fps: float) -> Path:
     """`frames` (N, H, W, 3) RGB and `audio` (float32 mono at `sr`) as H.264 + AAC: a
     persona's `speech.mp4`, or a piece of a clip cut at any frame."""
@@ -103,7 +106,7 @@ def write_clip(path: Path, frames: np.ndarray, audio: np.ndarray, sr: int, fps: 
 
     rate = Fraction(fps).limit_denominator(1001)
     with av.open(str(path), "w") as out:
-        video = out.add_stream("libx264", rate=rate, options={"crf": "18", "preset": "fast"})
+        video = out.add_stream("libx264", rate=rate, options=dict(X264))
         video.width, video.height, video.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
         sound = out.add_stream("aac", rate=sr, layout="mono")
         out.start_encoding()  # both streams open before the header is written

@@ -32,14 +32,14 @@ def clip_frames() -> np.ndarray:
 
 
 def encode(frames: np.ndarray, dirty: np.random.Generator) -> str:
-    """The md5 of one encode, as `footage.write_clip` makes its video (CRF 18, fast)."""
+    """The md5 of one encode, as `footage.write_clip` makes its video."""
     import av
+
+    from testkit.footage import X264
 
     buf = io.BytesIO()
     with av.open(buf, "w", format="mp4") as out:
-        video = out.add_stream(
-            "libx264", rate=Fraction(25), options={"crf": "18", "preset": "fast"}
-        )
+        video = out.add_stream("libx264", rate=Fraction(25), options=dict(X264))
         video.width, video.height, video.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
         for k, rgb in enumerate(frames):
             if k % 30 == 0:  # freed memory full of garbage, for the next allocations

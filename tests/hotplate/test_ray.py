@@ -777,11 +777,7 @@ def test_replica_killed_mid_request_is_an_error_not_a_hang(served):
         leases = [info for c in caches.values() for info in live_leases(c, clean=False)]
         time.sleep(0.05)
     assert leases, f"the render never started: {outcome}"
-    # the lease is the render worker's; its parent is the Serve replica that runs it
-    worker = leases[0].holder.pid
-    replica = parent(worker)
-    assert "ServeReplica" in Path(f"/proc/{replica}/cmdline").read_text(errors="replace")
-    os.kill(replica, signal.SIGKILL)
+    kill_replica_of(leases[0].holder.pid)  # the render worker's
     thread.join(timeout=300)
     assert not thread.is_alive(), "the client hung after its replica died"
     # a clean error (5xx, or the connection dropped by the proxy) or a retry that
@@ -791,10 +787,7 @@ def test_replica_killed_mid_request_is_an_error_not_a_hang(served):
     assert response is None or response.status_code >= 500 or response.status_code == 200, outcome
     # Serve starts a new replica and the service answers again
     print(f"client saw: {outcome}")  # which of the two, in the -s output
-    deadline = time.monotonic() + READY
-    while not ready(url):
-        assert time.monotonic() < deadline, "the service did not come back"
-        time.sleep(0.5)
+    wait_back(url, "after its replica died")
 
 
 def test_a_forwarded_speech_socket_ends_in_one_line_when_its_owner_dies(served):
@@ -822,13 +815,10 @@ def test_a_forwarded_speech_socket_ends_in_one_line_when_its_owner_dies(served):
                     break
                 await ws.close()
             assert kept is not None, "no speech socket was forwarded in 16"
-            # the session's worker holds a lease; its parent is the owner replica
+            # the session's worker holds the only lease
             holders = {i.holder.pid for cache in caches.values() for i in live_leases(cache)}
-            replicas = {parent(pid) for pid in holders}
-            assert len(replicas) == 1, f"leases held under {replicas}: not the session's alone"
-            replica = replicas.pop()
-            assert "ServeReplica" in Path(f"/proc/{replica}/cmdline").read_text(errors="replace")
-            os.kill(replica, signal.SIGKILL)
+            assert len(holders) == 1, f"leases held by {holders}: not the session's alone"
+            kill_replica_of(holders.pop())
             await asyncio.wait_for(kept.wait_closed(), 120)
             gone = await c.get(f"/v1/sessions/{s['id']}")
             assert gone.status_code == 404, gone.text
@@ -837,9 +827,21 @@ def test_a_forwarded_speech_socket_ends_in_one_line_when_its_owner_dies(served):
     code, reason = asyncio.run(run())
     print(f"the forwarded socket closed: {code} {reason!r}")
     assert (code, reason) == (1011, GONE)
-    deadline = time.monotonic() + READY  # Serve starts a new replica
+    wait_back(url, "after the session's replica died")
+
+
+def kill_replica_of(worker: int) -> None:
+    """kill -9 the Serve replica a render worker (pid) runs under: its parent."""
+    replica = parent(worker)
+    assert "ServeReplica" in Path(f"/proc/{replica}/cmdline").read_text(errors="replace")
+    os.kill(replica, signal.SIGKILL)
+
+
+def wait_back(url: str, why: str) -> None:
+    """Until /readyz says 200 again (Serve starts a new replica), READY s at most."""
+    deadline = time.monotonic() + READY
     while not ready(url):
-        assert time.monotonic() < deadline, "the service did not come back"
+        assert time.monotonic() < deadline, f"the deployment did not come back {why}"
         time.sleep(0.5)
 
 
@@ -894,10 +896,7 @@ def test_a_stopped_controller_makes_readyz_503_not_a_hang(served):
         assert answer.json()["replicas_running"] == 0
     finally:
         os.kill(pid, signal.SIGCONT)
-    deadline = time.monotonic() + READY
-    while not ready(url):
-        assert time.monotonic() < deadline, "the deployment did not come back after SIGCONT"
-        time.sleep(0.5)
+    wait_back(url, "after SIGCONT")
 
 
 def test_sigterm_drains_the_replicas_a_queued_render_finishes_whole(served):
