@@ -204,6 +204,12 @@ class TalkSession:
         while not self.ended.done():
             try:
                 got = await wire.receive(reader)
+            except asyncio.CancelledError:
+                # the session ended by itself (a bad offer, no ICE) with the server's
+                # channel still open: asyncio.run cancels this read as it closes, and
+                # Python 3.11's stream callback prints a cancelled handler as a 17-line
+                # "Exception in callback" before the session's one line
+                return
             except (ValueError, json.JSONDecodeError) as exc:
                 self.end(f"the control channel sent a bad message: {exc}")
                 return
