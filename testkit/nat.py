@@ -39,12 +39,7 @@ class Nat:
             _ip("-n", self.player, "route", "add", "default", "via", ROUTER_IN)
             # (/proc/sys/net is the namespace's own; no sysctl binary needed)
             self.run(self.router, ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])
-            rules = (
-                "add table ip nat; "
-                "add chain ip nat post { type nat hook postrouting priority 100 ; } ; "
-                'add rule ip nat post oifname "r0" masquerade'
-            )
-            self.run(self.router, ["nft", rules])
+            self.run(self.router, ["nft", _masquerade("r0")])
         except BaseException:
             self.stop()
             raise
@@ -66,6 +61,86 @@ class Nat:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# Both ends behind NATs: each behind a router of its own, the two routers' outside
+# addresses joined by an "internet" namespace that routes between them and holds the
+# STUN server.
+#
+#   server 10.77.0.1 -- 10.77.0.2 router 198.51.100.2 -- 198.51.100.1 net
+#   player 192.168.77.2 -- 192.168.77.1 router 203.0.113.2 -- 203.0.113.1 net
+#
+# Neither private network has a route from outside. The server's router forwards one
+# TCP port to the server (its HTTP API, as a load balancer would); nothing forwards UDP,
+# so media passes only where each side's own packets opened its NAT's mapping.
+NET_TO_SERVER, SERVER_OUTSIDE = "198.51.100.1", "198.51.100.2"
+NET_TO_PLAYER, PLAYER_OUTSIDE = "203.0.113.1", "203.0.113.2"
+
+
+class TwoNats(Nat):
+    """The server behind a NAT too (above); `net` is the namespace between the two, where
+    a STUN server goes, `port` the TCP port forwarded to the server."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__()
+        tag = f"hp{os.getpid()}"
+        self.port, self.server_router, self.net = port, f"{tag}q", f"{tag}n"
+
+    def start(self) -> TwoNats:
+        ip, nft = shutil.which("ip"), shutil.which("nft")
+        require(ip and nft, "ip or nft is missing (`just setup` installs iproute2 and nftables)")
+        require(os.geteuid() == 0, "a NAT of network namespaces needs root")
+        try:
+            for ns in self._namespaces():
+                _ip("netns", "add", ns)
+                _ip("-n", ns, "link", "set", "lo", "up")
+            _link(self.server, "s0", SERVER, self.server_router, "r0", ROUTER_OUT)
+            _link(self.server_router, "o0", SERVER_OUTSIDE, self.net, "n0", NET_TO_SERVER)
+            _link(self.player, "p0", PLAYER, self.router, "r1", ROUTER_IN)
+            _link(self.router, "o1", PLAYER_OUTSIDE, self.net, "n1", NET_TO_PLAYER)
+            for ns, via in (
+                (self.server, ROUTER_OUT),
+                (self.server_router, NET_TO_SERVER),
+                (self.player, ROUTER_IN),
+                (self.router, NET_TO_PLAYER),
+            ):
+                _ip("-n", ns, "route", "add", "default", "via", via)
+            for ns in (self.server_router, self.router, self.net):
+                self.run(ns, ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])
+            self.run(self.router, ["nft", _masquerade("o1")])
+            forward = (
+                "add chain ip nat pre { type nat hook prerouting priority -100 ; } ; "
+                f'add rule ip nat pre iifname "o0" tcp dport {self.port} dnat to {SERVER}'
+            )
+            self.run(self.server_router, ["nft", f"{_masquerade('o0')}; {forward}"])
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _namespaces(self) -> tuple[str, ...]:
+        return (self.server, self.server_router, self.net, self.router, self.player)
+
+    def stop(self) -> None:
+        for ns in self._namespaces():
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _masquerade(out: str) -> str:
+    """nft's rules for a home router: what leaves by `out` takes that link's address, and
+    what comes in by it unasked, for the router itself, is dropped. The drop matters for
+    two NATs: a peer's first check can reach the other's router before that side's own
+    check has left, and the kernel would keep a connection for it that claims the port
+    the other side's mapping is about to use; dropped before the kernel confirms it, it
+    leaves no connection, the next check's mapping keeps its port, and the hole punches."""
+    return (
+        "add table ip nat; "
+        "add chain ip nat post { type nat hook postrouting priority 100 ; } ; "
+        f'add rule ip nat post oifname "{out}" masquerade; '
+        "add table ip guard; "
+        "add chain ip guard in { type filter hook input priority 0 ; } ; "
+        f'add rule ip guard in iifname "{out}" ct state new drop'
+    )
 
 
 def _run(cmd: list[str]) -> None:

@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -27,13 +28,13 @@ def turnserver_binary() -> str:
     return found
 
 
-def stun_answers(port: int, timeout: float = 0.5) -> bool:
-    """A STUN Binding request to 127.0.0.1:port got an answer."""
+def stun_answers(port: int, timeout: float = 0.5, host: str = "127.0.0.1") -> bool:
+    """A STUN Binding request to host:port got an answer."""
     request = bytes.fromhex("0001 0000 2112a442") + os.urandom(12)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.settimeout(timeout)
         try:
-            s.sendto(request, ("127.0.0.1", port))
+            s.sendto(request, (host, port))
             answer = s.recv(2048)
         except OSError:
             return False
@@ -41,12 +42,23 @@ def stun_answers(port: int, timeout: float = 0.5) -> bool:
 
 
 class Coturn:
-    """`with Coturn(tmp, "user", "password") as turn:` turn.url, turn.log_text()."""
+    """`with Coturn(tmp, "user", "password") as turn:` turn.url, turn.log_text().
+    `listen`: its address; `inside`: a prefix its command runs under (testkit.nat's
+    namespaces: `Nat.command(ns, [])`), its readiness then asked from there too."""
 
-    def __init__(self, root: Path, username: str, password: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        username: str,
+        password: str,
+        listen: str = "127.0.0.1",
+        inside: list[str] | None = None,
+    ) -> None:
         self.root, self.username, self.password = root, username, password
+        self.listen, self.inside = listen, list(inside or [])
         self.port = free_port()
-        self.url = f"turn:127.0.0.1:{self.port}"
+        self.url = f"turn:{listen}:{self.port}"
+        self.stun = f"stun:{listen}:{self.port}"
         self.log = root / "turnserver.log"
         self.proc: subprocess.Popen | None = None
 
@@ -55,12 +67,13 @@ class Coturn:
         relay = free_port()  # a start for the relay ports, away from the listener
         self.proc = subprocess.Popen(
             [
+                *self.inside,
                 turnserver_binary(),
                 "-n",  # no configuration file
                 "-v",  # each allocation logged, with its user
-                "--listening-ip=127.0.0.1",
+                f"--listening-ip={self.listen}",
                 f"--listening-port={self.port}",
-                "--relay-ip=127.0.0.1",
+                f"--relay-ip={self.listen}",
                 f"--min-port={relay}",
                 f"--max-port={relay + 50}",
                 "--lt-cred-mech",
@@ -80,11 +93,18 @@ class Coturn:
             stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 30.0
-        while not stun_answers(self.port):
+        while not self._answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.__exit__()
                 raise AssertionError(f"coturn did not answer STUN: {self.log_text()[-2000:]}")
         return self
+
+    def _answers(self) -> bool:
+        if not self.inside:
+            return stun_answers(self.port, host=self.listen)
+        ask = f"import sys; from testkit.turn import stun_answers as a; sys.exit(0 if a({self.port}, host={self.listen!r}) else 1)"
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        return subprocess.run([*self.inside, sys.executable, "-c", ask], env=env).returncode == 0
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""

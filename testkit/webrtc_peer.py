@@ -96,21 +96,24 @@ class WhepPeer:
         audio_first: bool = False,
         relay: tuple[str, str, str] | None = None,
         host: tuple[str, ...] = ("127.0.0.1",),
+        stun: str | None = None,
     ) -> None:
         """`audio_first`: the audio m-line before the video's, as a browser's Pipecat
         client offers (Pipecat's SmallWebRTC transport takes the first for audio).
         `relay`: (TURN URL, username, password): this peer offers only a relay candidate
         on that server and sends and receives through it (ICE's "relay" policy), as a
         player behind a NAT that lets nothing else through. `host`: the addresses it
-        gathers its host candidates on (loopback by default)."""
+        gathers its host candidates on (loopback by default). `stun`: a STUN server's URL,
+        which gives it a candidate on its NAT's outside address (server reflexive)."""
         from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
         from aiortc.rtcconfiguration import RTCIceTransportPolicy
 
         from hotplate.serve.rtc import configure_ice
 
         configure_ice(list(host))
-        # no ICE servers but the relay: aiortc's default (None) asks a public STUN server
-        servers, policy = [], RTCIceTransportPolicy.ALL
+        # no ICE servers but those named: aiortc's default (None) asks a public STUN server
+        servers = [RTCIceServer(urls=[stun])] if stun else []
+        policy = RTCIceTransportPolicy.ALL
         if relay is not None:
             url, username, password = relay
             servers = [RTCIceServer(urls=[url], username=username, credential=password)]
