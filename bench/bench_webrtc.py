@@ -14,9 +14,10 @@ decode what they receive. Per size:
   chunks) to the first decoded picture whose mouth opens (testkit/mouth_reader.py: the
   picture matched to its stored loop frame, its mouth rectangle compared); the frames the
   server counted late or dropped; the worker's CPU per second of session; then whole
-  replies queued at once and interrupted 1.5 s in, 0.37 s later each time
-  (`--interrupts`, 5): from each interrupt's POST to the picture from which the mouth
-  stays at rest, and to the sound's silence;
+  replies queued at once and interrupted mid-word (`--interrupts`, 5; each in another
+  of the reply's syllables of 140 ms or more): from each interrupt's POST to the
+  picture from which the mouth stays at rest, and to the sound's silence (an interrupt
+  counts where the mouth was open in the 80 ms before it, as the pictures arrived);
 - audio-video sync, three ways: at the aiortc player, each picture's arrival against
   when the sound of the same instant played (each track's RTP timestamps put on the
   sender's clock by its RTCP sender reports, as a browser pairs them), had each audio
@@ -54,10 +55,11 @@ HOLDS = 24.5  # pictures per second a session must receive to count as holding 2
 OPEN = 12.0  # mean luma difference in the mouth's rectangle: open (rest is ~3)
 REST = 7.0  # ... and at rest over VP8 (the browser test's bound)
 REPLY = 6.0  # s of a reply queued at once, then interrupted
-INTERRUPT_AFTER = 1.5  # s after the first was sent; each next one CUT_STEP s later
-CUT_STEP = 0.37
+WORD = 0.14  # s: a reply's loud stretch this long or longer is interrupted in its middle
+MOUTH_DELAY = 0.15  # s from a sound leaving the client to its mouth arriving (130-190 ms)
 SLOW = 0.2  # s: an onset whose mouth opens later than this is looked at (the issue's bound)
 SETTLE = 1.5  # s after an interrupt read for the mouth and the sound at rest
+OPEN_BEFORE = 0.08  # s: an interrupt counts if the mouth was open this close before it
 LOUD = 2000  # int16 RMS of a 20 ms chunk that is speech
 ONSET_GAP = 0.2  # s of quiet before a loud chunk that makes it an onset
 CHUNK = 0.02  # s of audio per message on the speech socket
@@ -79,19 +81,40 @@ def add_arguments(ap) -> None:
     )
 
 
+def loud_chunks(audio: np.ndarray) -> list[bool]:
+    """Per CHUNK of int16 `audio` at RATE: whether it is speech (RMS over LOUD)."""
+    per = int(RATE * CHUNK)
+    return [
+        float(np.sqrt(np.mean(audio[i : i + per].astype(np.float64) ** 2))) > LOUD
+        for i in range(0, audio.size, per)
+    ]
+
+
 def speech_pcm(seconds: float, seed: int) -> tuple[np.ndarray, list[int]]:
     """int16 speech at RATE and the chunk indexes where a syllable starts (an onset)."""
     from hotplate.demo_data import make_speech_audio
 
     audio = (make_speech_audio(seconds, RATE, seed) * 32767).astype(np.int16)
-    per = int(RATE * CHUNK)
-    loud = [
-        float(np.sqrt(np.mean(audio[i : i + per].astype(np.float64) ** 2))) > LOUD
-        for i in range(0, audio.size, per)
-    ]
+    loud = loud_chunks(audio)
     quiet = int(ONSET_GAP / CHUNK)
     onsets = [i for i in range(quiet, len(loud)) if loud[i] and not any(loud[i - quiet : i])]
     return audio, onsets
+
+
+def mid_words(audio: np.ndarray) -> list[float]:
+    """Seconds into `audio` at the middle of each loud stretch of WORD s or more, from 1 s
+    in. An interrupt in a pause between words measures nothing (its mouth is at rest
+    already). Cut at these, 20 of 20 found the mouth open at the aiortc player and 15 of
+    20 in chromium, against 6 and 5 of 20 cut at a fixed step (2026-12-06)."""
+    middles, start = [], None
+    for i, is_loud in enumerate([*loud_chunks(audio), False]):
+        if is_loud and start is None:
+            start = i
+        elif not is_loud and start is not None:
+            if (i - start) * CHUNK >= WORD and start * CHUNK >= 1.0:
+                middles.append((start + i) / 2 * CHUNK)
+            start = None
+    return middles
 
 
 async def speak_in_real_time(url: str, session: dict, audio: np.ndarray) -> list[float]:
@@ -115,18 +138,19 @@ async def speak_in_real_time(url: str, session: dict, audio: np.ndarray) -> list
 
 async def interrupt_replies(c, url: str, session: dict, n: int) -> list[float]:
     """`n` whole replies (REPLY s each), each queued at once as a TTS service sends
-    it and interrupted INTERRUPT_AFTER s (plus a step, so the cuts fall at other phases
-    of the speech) after it was sent; returns when each interrupt was POSTed."""
+    it and interrupted mid-word: MOUTH_DELAY after the middle of one of its syllables
+    (mid_words), another each time; returns when each interrupt was POSTed."""
     import websockets
 
     audio, _ = speech_pcm(REPLY, seed=5)
+    words = mid_words(audio)
     cuts = []
     async with websockets.connect(url.replace("http", "ws", 1) + session["speech"]) as ws:
         await ws.send(json.dumps({"sample_rate": RATE, "channels": 1, "format": "s16le"}))
         for k in range(n):
             await ws.send(audio.tobytes())
             await ws.send(json.dumps({"type": "end_of_turn"}))
-            await asyncio.sleep(INTERRUPT_AFTER + CUT_STEP * k)
+            await asyncio.sleep(words[k % len(words)] + MOUTH_DELAY)
             cuts.append(time.monotonic())
             (await c.post(session["interrupt"])).raise_for_status()
             await asyncio.sleep(SETTLE)  # what follows the interrupt arrives
@@ -173,10 +197,13 @@ def slow_onsets(mouth: list, sent: list[float], onsets: list[int], where: str) -
 
 def mouth_rests(bench: Bench, mouth: list, cuts: list[float]) -> list[tuple[float, float]]:
     """(the interrupt's POST, when the mouth came to rest for good) per interrupt whose
-    mouth was open in the second before it."""
+    mouth was open in the OPEN_BEFORE s before it, as the pictures arrived. A cut made
+    in a pause between words measures nothing: its mouth was already at rest, and with
+    "open in the second before it" such cuts read 3-43 ms as shown, where cuts made
+    mid-word read 104-186 (2026-12-06)."""
     out = []
     for cut in cuts:
-        if first_after(mouth, cut - 1.0, cut, OPEN) is None:
+        if first_after(mouth, cut - OPEN_BEFORE, cut, OPEN) is None:
             continue
         rest_at = settled(mouth, cut, cut + SETTLE, REST)
         if rest_at is None:
@@ -440,6 +467,7 @@ def mouth_in_chromium(bench: Bench, page, srv, reader, size: str, inputs, second
         bench.missing(f"speaking to the session in chromium failed: {said['error']}")
     shown = [(p.shown + to_monotonic, p.mouth) for p in pictures]
     arrived = [(p.received + to_monotonic, p.mouth) for p in pictures if p.received]
+    shown_at = {p.received + to_monotonic: p.shown + to_monotonic for p in pictures if p.received}
     latencies = [o - s for s, _, o in mouth_openings(shown, said["sent"], onsets)]
     if not latencies:
         bench.missing("no speech onset opened a mouth in the pictures chromium showed")
@@ -455,8 +483,11 @@ def mouth_in_chromium(bench: Bench, page, srv, reader, size: str, inputs, second
         f"as the picture arrived: median {1000 * statistics.median(on_arrival or [0]):.0f} ms, "
         f"largest {1000 * max(on_arrival or [0]):.0f} ms; {len(pictures)} pictures read",
     )
-    rests = [at - cut for cut, at in mouth_rests(bench, shown, said["cuts"])]
-    rests_on_arrival = [at - cut for cut, at in mouth_rests(bench, arrived, said["cuts"])]
+    # the cuts and their first picture at rest are found as the pictures arrived, and
+    # that picture's time as shown is the rest as shown: one set of cuts for both
+    cut_rests = mouth_rests(bench, arrived, said["cuts"])
+    rests_on_arrival = [at - cut for cut, at in cut_rests]
+    rests = [shown_at[at] - cut for cut, at in cut_rests]
     bench.figure(
         f"{size}: in chromium, interrupt: the mouth at rest as shown after the POST (median)",
         1000 * statistics.median(rests),
@@ -590,6 +621,6 @@ if __name__ == "__main__":
             "seconds": 3.0,
             "sessions": 2,
             "hold": 2.0,
-            "interrupts": 2,
+            "interrupts": 4,  # chromium counted 15 of 20 mid-word cuts: one of 4 is all but sure
         },
     )
