@@ -7,6 +7,8 @@ channel in. It runs in the render worker that holds the session (talk.py).
   picture and audio to the two tracks at the same moment, so the receiver gets both
   with timestamps of one clock. A frame that comes late is sent late, never skipped
   (the audio must not jump); a track that is not read keeps only the newest pictures.
+  A picture is sent as soon as it is rendered; its sound goes on the clock, AUDIO_LEAD
+  after its frame was due, whatever the render took.
 - `AvatarVideoTrack` / `AvatarAudioTrack`: aiortc's tracks fed by the pump (video at
   90 kHz, audio 20 ms frames of 48 kHz mono).
 - `answer(offer)`: the peer connection for a WHEP offer (recvonly, or sendrecv audio
@@ -43,6 +45,13 @@ VIDEO_QUEUE = 3  # pictures a track holds when its reader is slow; older ones ar
 CONSENT_INTERVAL = 1.0  # s between consent checks (aioice's default: 5)
 CONSENT_FAILURES = 4  # failed checks before the peer counts as gone
 CATCH_UP = 0.5  # s: a pump this far behind its clock resumes from now, not in a burst
+# s after its frame was due that a frame's sound is sent. A render takes 9-10 ms (p50)
+# and 15-17 ms (p99) at 540x960; sound sent as each render came out arrived with that
+# jitter, and chromium's NetEq buffered it against it: its target 40 ms, a sound's wait
+# 55 ms. Sent on the clock, 20 and 29 ms, and the pictures, which the page holds to
+# their sound, wait as much less (docs/DESIGN.md, "Sound on the pump's clock"). A render
+# later than this sends its sound at once.
+AUDIO_LEAD = 0.02
 MIC_MAX_QUEUED = 0.3  # s: microphone speech queued past this is dropped (clock drift)
 # A muted track's sound, once through Opus, is +-1 and not zeros (chromium's was, each
 # frame): treated as speech it queued 0.3 s ahead of a clip said over the speech
@@ -157,10 +166,10 @@ class FramePump:
                 s.late += 1
             if s.first_frame is None:
                 s.first_frame = done
-            self.loop.call_soon_threadsafe(self._hand_over, frame, picture, t, done)
+            self.loop.call_soon_threadsafe(self._hand_over, frame, picture, t, due, done)
             t += 1
 
-    def _hand_over(self, frame, picture, t: int, done: float) -> None:
+    def _hand_over(self, frame, picture, t: int, due: float, done: float) -> None:
         while self.video.qsize() >= VIDEO_QUEUE:
             self.video.get_nowait()
             self.stats.dropped += 1
@@ -168,7 +177,7 @@ class FramePump:
         spf = self.conv.samples_per_frame
         for at in range(0, spf, AUDIO_CHUNK):  # in order; each sent at its own time
             chunk = frame.audio[at : at + AUDIO_CHUNK]
-            self.audio.put_nowait((t * spf + at, chunk, done + at / AUDIO_RATE))
+            self.audio.put_nowait((t * spf + at, chunk, due + AUDIO_LEAD + at / AUDIO_RATE))
         if frame.speaking and frame.speech_onset is not None:
             onsets = self.stats.onsets
             if not onsets or onsets[-1][0] != frame.speech_onset:
@@ -193,8 +202,8 @@ def audio_track(pump: FramePump):
         kind = "audio"
 
         async def recv(self):
-            # sent as a microphone would, 20 ms apart, not both of a picture's at once:
-            # a receiver buffers sound by its jitter (chromium: 74 ms against 39 ms)
+            # sent as a microphone would, 20 ms apart on the pump's clock (AUDIO_LEAD),
+            # not both of a picture's at once: a receiver buffers sound by its jitter
             pts, samples, due = await pump.audio.get()
             await asyncio.sleep(due - time.monotonic())
             frame = av.AudioFrame.from_ndarray(

@@ -601,7 +601,7 @@ async function playout(pc) {
   return at;
 }
 
-// Chromium buffers sound about 65 ms and pictures about 8 ms, so until its own lip sync
+// Chromium buffers sound 30-50 ms and pictures about 8 ms, so until its own lip sync
 // catches up (8-20 s) each picture shows before its sound. Once the stats say when each
 // track plays (its sender's clock at playout) and three readings half a second apart
 // agree within 20 ms (the first ones, around the first sender reports, jump by 100s of
