@@ -31,19 +31,28 @@ class Nat:
         require(ip and nft, "ip or nft is missing (`just setup` installs iproute2 and nftables)")
         require(os.geteuid() == 0, "a NAT of network namespaces needs root")
         try:
-            for ns in (self.server, self.router, self.player):
+            for ns in self._namespaces():
                 _ip("netns", "add", ns)
                 _ip("-n", ns, "link", "set", "lo", "up")
-            _link(self.server, "s0", SERVER, self.router, "r0", ROUTER_OUT)
-            _link(self.player, "p0", PLAYER, self.router, "r1", ROUTER_IN)
-            _ip("-n", self.player, "route", "add", "default", "via", ROUTER_IN)
-            # (/proc/sys/net is the namespace's own; no sysctl binary needed)
-            self.run(self.router, ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])
-            self.run(self.router, ["nft", _masquerade("r0")])
+            self._join()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _namespaces(self) -> tuple[str, ...]:
+        return (self.server, self.router, self.player)
+
+    def _join(self) -> None:
+        _link(self.server, "s0", SERVER, self.router, "r0", ROUTER_OUT)
+        _link(self.player, "p0", PLAYER, self.router, "r1", ROUTER_IN)
+        _ip("-n", self.player, "route", "add", "default", "via", ROUTER_IN)
+        self._forwarding(self.router)
+        self.run(self.router, ["nft", _masquerade("r0")])
+
+    def _forwarding(self, ns: str) -> None:
+        # (/proc/sys/net is the namespace's own; no sysctl binary needed)
+        self.run(ns, ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])
 
     def command(self, where: str, cmd: list[str]) -> list[str]:
         """`cmd` as run inside namespace `where`."""
@@ -53,7 +62,7 @@ class Nat:
         _run(self.command(where, cmd))
 
     def stop(self) -> None:
-        for ns in (self.server, self.router, self.player):  # their links go with them
+        for ns in self._namespaces():  # their links go with them
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
     def __enter__(self) -> Nat:
@@ -86,44 +95,29 @@ class TwoNats(Nat):
         tag = f"hp{os.getpid()}"
         self.port, self.server_router, self.net = port, f"{tag}q", f"{tag}n"
 
-    def start(self) -> TwoNats:
-        ip, nft = shutil.which("ip"), shutil.which("nft")
-        require(ip and nft, "ip or nft is missing (`just setup` installs iproute2 and nftables)")
-        require(os.geteuid() == 0, "a NAT of network namespaces needs root")
-        try:
-            for ns in self._namespaces():
-                _ip("netns", "add", ns)
-                _ip("-n", ns, "link", "set", "lo", "up")
-            _link(self.server, "s0", SERVER, self.server_router, "r0", ROUTER_OUT)
-            _link(self.server_router, "o0", SERVER_OUTSIDE, self.net, "n0", NET_TO_SERVER)
-            _link(self.player, "p0", PLAYER, self.router, "r1", ROUTER_IN)
-            _link(self.router, "o1", PLAYER_OUTSIDE, self.net, "n1", NET_TO_PLAYER)
-            for ns, via in (
-                (self.server, ROUTER_OUT),
-                (self.server_router, NET_TO_SERVER),
-                (self.player, ROUTER_IN),
-                (self.router, NET_TO_PLAYER),
-            ):
-                _ip("-n", ns, "route", "add", "default", "via", via)
-            for ns in (self.server_router, self.router, self.net):
-                self.run(ns, ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])
-            self.run(self.router, ["nft", _masquerade("o1")])
-            forward = (
-                "add chain ip nat pre { type nat hook prerouting priority -100 ; } ; "
-                f'add rule ip nat pre iifname "o0" tcp dport {self.port} dnat to {SERVER}'
-            )
-            self.run(self.server_router, ["nft", f"{_masquerade('o0')}; {forward}"])
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
     def _namespaces(self) -> tuple[str, ...]:
         return (self.server, self.server_router, self.net, self.router, self.player)
 
-    def stop(self) -> None:
-        for ns in self._namespaces():
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    def _join(self) -> None:
+        _link(self.server, "s0", SERVER, self.server_router, "r0", ROUTER_OUT)
+        _link(self.server_router, "o0", SERVER_OUTSIDE, self.net, "n0", NET_TO_SERVER)
+        _link(self.player, "p0", PLAYER, self.router, "r1", ROUTER_IN)
+        _link(self.router, "o1", PLAYER_OUTSIDE, self.net, "n1", NET_TO_PLAYER)
+        for ns, via in (
+            (self.server, ROUTER_OUT),
+            (self.server_router, NET_TO_SERVER),
+            (self.player, ROUTER_IN),
+            (self.router, NET_TO_PLAYER),
+        ):
+            _ip("-n", ns, "route", "add", "default", "via", via)
+        for ns in (self.server_router, self.router, self.net):
+            self._forwarding(ns)
+        self.run(self.router, ["nft", _masquerade("o1")])
+        forward = (
+            "add chain ip nat pre { type nat hook prerouting priority -100 ; } ; "
+            f'add rule ip nat pre iifname "o0" tcp dport {self.port} dnat to {SERVER}'
+        )
+        self.run(self.server_router, ["nft", f"{_masquerade('o0')}; {forward}"])
 
 
 def _masquerade(out: str) -> str:

@@ -100,9 +100,14 @@ class Coturn:
         return self
 
     def _answers(self) -> bool:
+        """STUN answers at its address: asked from here, or from inside its namespace by a
+        Python of its own (a socket here cannot reach into another namespace)."""
         if not self.inside:
             return stun_answers(self.port, host=self.listen)
-        ask = f"import sys; from testkit.turn import stun_answers as a; sys.exit(0 if a({self.port}, host={self.listen!r}) else 1)"
+        ask = (
+            "import sys; from testkit.turn import stun_answers as a; "
+            f"sys.exit(0 if a({self.port}, host={self.listen!r}) else 1)"
+        )
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
         return subprocess.run([*self.inside, sys.executable, "-c", ask], env=env).returncode == 0
 
