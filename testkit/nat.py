@@ -23,8 +23,8 @@ SERVER, ROUTER_OUT, ROUTER_IN, PLAYER = "10.77.0.1", "10.77.0.2", "192.168.77.1"
 
 class Nat:
     def __init__(self) -> None:
-        tag = f"hp{os.getpid()}"
-        self.server, self.router, self.player = (f"{tag}{x}" for x in "srp")
+        self.tag = f"hp{os.getpid()}"  # namespaces' names: this tag and a letter
+        self.server, self.router, self.player = (f"{self.tag}{x}" for x in "srp")
 
     def start(self) -> Nat:
         ip, nft = shutil.which("ip"), shutil.which("nft")
@@ -92,8 +92,7 @@ class TwoNats(Nat):
 
     def __init__(self, port: int) -> None:
         super().__init__()
-        tag = f"hp{os.getpid()}"
-        self.port, self.server_router, self.net = port, f"{tag}q", f"{tag}n"
+        self.port, self.server_router, self.net = port, f"{self.tag}q", f"{self.tag}n"
 
     def _namespaces(self) -> tuple[str, ...]:
         return (self.server, self.server_router, self.net, self.router, self.player)

@@ -69,8 +69,10 @@ class Server:
             time.sleep(0.2)
         raise AssertionError(f"server not ready in {READY_TIMEOUT} s: {self.log_text()}")
 
-    def log_text(self) -> str:
-        return (self.root / f"serve-{self.port}.log").read_text(errors="replace")[-3000:]
+    def log_text(self, tail: int | None = 3000) -> str:
+        """The server's log: its last `tail` characters (None: all of it)."""
+        text = (self.root / f"serve-{self.port}.log").read_text(errors="replace")
+        return text if tail is None else text[-tail:]
 
     def client(self, **kw) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=kw.pop("timeout", 300.0), **kw)

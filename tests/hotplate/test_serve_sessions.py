@@ -213,7 +213,7 @@ def test_a_malformed_offer_or_a_peer_that_never_connects_ends_that_session_alone
             await gone(c, mute["id"], ICE_TIMEOUT + 15)
             assert "did not complete ICE" in await wait_ended_line(server, mute["id"])
             # each said in its one line, and nothing more (no worker's traceback)
-            log = (server.root / f"serve-{server.port}.log").read_text(errors="replace")
+            log = server.log_text(tail=None)
             assert "Traceback" not in log, log[log.index("Traceback") - 500 :][:3000]
             print(f"no-ICE session ended {time.monotonic() - asked:.1f} s after its answer")
             await silent.close()
