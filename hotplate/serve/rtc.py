@@ -8,7 +8,12 @@ channel in. It runs in the render worker that holds the session (talk.py).
   with timestamps of one clock. A frame that comes late is sent late, never skipped
   (the audio must not jump); a track that is not read keeps only the newest pictures.
   A picture is sent as soon as it is rendered; its sound goes on the clock, AUDIO_LEAD
-  after its frame was due, whatever the render took.
+  after its frame was due, whatever the render took. `interrupt()` renders the next
+  frame at once, stamped when it is rendered, not when it was due (0-40 ms later): its
+  mouth is at rest, and a receiver shows it that much sooner; its sound stays on the
+  clock. It also silences the sound rendered before it and not yet sent (up to a frame
+  and AUDIO_LEAD of it), faded out over FADE_OUT: the sound stops at once, not after
+  what was queued.
 - `AvatarVideoTrack` / `AvatarAudioTrack`: aiortc's tracks fed by the pump (video at
   90 kHz, audio 20 ms frames of 48 kHz mono).
 - `answer(offer)`: the peer connection for a WHEP offer (recvonly, or sendrecv audio
@@ -52,6 +57,7 @@ CATCH_UP = 0.5  # s: a pump this far behind its clock resumes from now, not in a
 # their sound, wait as much less (docs/DESIGN.md, "Sound on the pump's clock"). A render
 # later than this sends its sound at once.
 AUDIO_LEAD = 0.02
+FADE_OUT = 0.005  # s: an interrupt's cut into sound already rendered, not a click
 MIC_MAX_QUEUED = 0.3  # s: microphone speech queued past this is dropped (clock drift)
 # A muted track's sound, once through Opus, is +-1 and not zeros (chromium's was, each
 # frame): treated as speech it queued 0.3 s ahead of a clip said over the speech
@@ -115,7 +121,9 @@ class FramePump:
         self.video: asyncio.Queue = asyncio.Queue()
         self.audio: asyncio.Queue = asyncio.Queue()
         self.stop_event = threading.Event()
+        self.wake = threading.Event()  # an interrupt or a stop: the pump waits no longer
         self.failed: BaseException | None = None
+        self.cut = -1.0  # monotonic time of the last interrupt (`interrupt`)
         self.on_failure: Callable[[BaseException], None] | None = None
         self.thread = threading.Thread(target=self._run, name="talk-pump", daemon=True)
 
@@ -125,8 +133,16 @@ class FramePump:
 
     def stop(self) -> None:
         self.stop_event.set()
+        self.wake.set()
         if self.thread.is_alive():
             self.thread.join(timeout=5.0)
+
+    def interrupt(self) -> None:
+        """The conversation's interrupt, and the sound it rendered before it, not yet sent,
+        silenced (module doc). Called on the event loop's thread, as the tracks read."""
+        self.conv.interrupt()
+        self.cut = time.monotonic()
+        self.wake.set()
 
     def _run(self) -> None:
         try:
@@ -142,10 +158,13 @@ class FramePump:
         period = 1.0 / self.conv.fps
         start = time.monotonic()
         t = 0
+        stamped = -1  # the last picture's pts
         while not self.stop_event.is_set():
             due = start + t * period
             wait = due - time.monotonic()
-            if wait > 0 and self.stop_event.wait(wait):
+            early = wait > 0 and self.wake.wait(wait)  # interrupted: render it now
+            self.wake.clear()
+            if self.stop_event.is_set():
                 return
             if -wait > CATCH_UP:  # far behind (a stalled machine): resume from now
                 start -= wait
@@ -155,7 +174,8 @@ class FramePump:
             frame = self.conv.next_frame()
             # a picture of its own: aiortc stamps it, and a stored frame is shared
             picture = copy_frame(frame.video)
-            picture.pts = int(round(t * VIDEO_CLOCK / self.conv.fps))
+            at = t * period - (due - began if early else 0.0)  # s on the pictures' clock
+            picture.pts = stamped = max(stamped + 1, int(round(at * VIDEO_CLOCK)))
             picture.time_base = fractions.Fraction(1, VIDEO_CLOCK)
             done = time.monotonic()
             s = self.stats
@@ -166,10 +186,10 @@ class FramePump:
                 s.late += 1
             if s.first_frame is None:
                 s.first_frame = done
-            self.loop.call_soon_threadsafe(self._hand_over, frame, picture, t, due, done)
+            self.loop.call_soon_threadsafe(self._hand_over, frame, picture, t, due, began, done)
             t += 1
 
-    def _hand_over(self, frame, picture, t: int, due: float, done: float) -> None:
+    def _hand_over(self, frame, picture, t: int, due: float, began: float, done: float) -> None:
         while self.video.qsize() >= VIDEO_QUEUE:
             self.video.get_nowait()
             self.stats.dropped += 1
@@ -177,7 +197,7 @@ class FramePump:
         spf = self.conv.samples_per_frame
         for at in range(0, spf, AUDIO_CHUNK):  # in order; each sent at its own time
             chunk = frame.audio[at : at + AUDIO_CHUNK]
-            self.audio.put_nowait((t * spf + at, chunk, due + AUDIO_LEAD + at / AUDIO_RATE))
+            self.audio.put_nowait((t * spf + at, chunk, due + AUDIO_LEAD + at / AUDIO_RATE, began))
         if frame.speaking and frame.speech_onset is not None:
             onsets = self.stats.onsets
             if not onsets or onsets[-1][0] != frame.speech_onset:
@@ -204,8 +224,10 @@ def audio_track(pump: FramePump):
         async def recv(self):
             # sent as a microphone would, 20 ms apart on the pump's clock (AUDIO_LEAD),
             # not both of a picture's at once: a receiver buffers sound by its jitter
-            pts, samples, due = await pump.audio.get()
+            pts, samples, due, began = await pump.audio.get()
             await asyncio.sleep(due - time.monotonic())
+            if began < pump.cut:  # its frame began to render before an interrupt: silenced
+                samples = faded_out(samples, pump.cut > due - AUDIO_CHUNK / AUDIO_RATE)
             frame = av.AudioFrame.from_ndarray(
                 np.ascontiguousarray(samples[None, :]), format="s16", layout="mono"
             )
@@ -215,6 +237,16 @@ def audio_track(pump: FramePump):
             return frame
 
     return AvatarAudioTrack()
+
+
+def faded_out(samples: np.ndarray, first: bool) -> np.ndarray:
+    """Silence in place of `samples`; the first chunk after a cut fades out over FADE_OUT
+    from where the sound sent before it ended, so the cut is not a click."""
+    out = np.zeros_like(samples)
+    if first:
+        n = min(int(FADE_OUT * AUDIO_RATE), samples.size)
+        out[:n] = samples[:n] * np.linspace(1.0, 0.0, n, endpoint=False)
+    return out
 
 
 async def feed_microphone(track, conv) -> None:

@@ -229,7 +229,7 @@ class TalkSession:
         if op == "end_of_turn":
             self.conv.end_of_turn()
         elif op == "interrupt":
-            self.conv.interrupt()
+            self.interrupt()
         elif op == "hangup":
             self.end(str(msg.get("why") or "the session was ended"))
         elif op == "stats":
@@ -248,6 +248,14 @@ class TalkSession:
             with contextlib.suppress(ConnectionError):
                 await wire.send_json(self.writer, {"id": msg["id"], **body})
 
+    def interrupt(self) -> None:
+        """The mouth at rest from the next frame; the sound already rendered and not yet
+        sent silenced too, once a peer is there (rtc.FramePump.interrupt)."""
+        if self.peer is not None:
+            self.peer.pump.interrupt()
+        else:
+            self.conv.interrupt()
+
     def on_channel_message(self, text: str) -> None:
         """A data-channel message from the page: "interrupt", "end_of_turn", or either as
         {"type": ...}."""
@@ -256,7 +264,7 @@ class TalkSession:
         except (ValueError, AttributeError):
             return
         if kind == "interrupt":
-            self.conv.interrupt()
+            self.interrupt()
         elif kind == "end_of_turn":
             self.conv.end_of_turn()
 
