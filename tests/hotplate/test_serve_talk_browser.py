@@ -93,13 +93,13 @@ def test_talk_mode_connects_listens_talks_and_is_interrupted(server, world, tmp_
         assert longest[1] - longest[0] >= 50, rest_runs  # >= 2 s at rest
         shown = {idx for _, idx, _ in seen[longest[0] : longest[1]]}
         assert len(shown) >= 6, shown  # it breathes: the loop's frames go by
-        # the page asked the pictures to wait for their sound (chromium plays sound ~60 ms
-        # behind; without it a picture shows before its sound for the first 8-20 s)
+        # the page asked the pictures to wait so that they lead their sound by 20 ms (it
+        # may ask no wait at all: chromium's own for pictures may be long enough)
         wait = page.evaluate("window.hotplateTalk.pictureWaitMs")
         asked = page.evaluate(
             "talk.pc.getReceivers().find((r) => r.track.kind === 'video').jitterBufferTarget"
         )
-        assert wait is not None and 0 < wait <= 500 and asked == wait, (wait, asked)
+        assert wait is not None and 0 <= wait <= 500 and asked == wait, (wait, asked)
 
         # muted, the microphone queues nothing: a muted track's sound, through Opus, is
         # +-1, not zeros, and taken for speech it delayed a clip said next by 0.3 s

@@ -601,12 +601,18 @@ async function playout(pc) {
   return at;
 }
 
-// Chromium buffers sound 30-50 ms and pictures about 8 ms, so until its own lip sync
-// catches up (8-20 s) each picture shows before its sound. Once the stats say when each
-// track plays (its sender's clock at playout) and three readings half a second apart
-// agree within 20 ms (the first ones, around the first sender reports, jump by 100s of
-// ms), ask the pictures to wait as much longer as they lead; once only, since the
-// browser's lip sync may later lengthen the sound's wait, which must not feed back here.
+// Chromium's own lip sync leaves an offset under 30 ms alone (WebRTC's kMinDeltaMs) and
+// takes 8-20 s to mend a larger one; until then a picture may show well before or after
+// its sound. Once the stats say when each track plays (its sender's clock at playout)
+// and three readings half a second apart agree within 20 ms (the first ones, around
+// the first sender reports, jump by 100s of ms), ask the pictures to wait so that they lead their sound by PICTURE_LEAD_MS; once only,
+// since the browser's lip sync may later lengthen the sound's wait, which must not feed
+// back here. A lead, not none: a picture held to its sound holds every mouth and every
+// interrupt as long. At 540x960, held to their sound, pictures waited 40-46 ms and an
+// interrupt's picture showed 98-108 ms after its POST; leading by 20 ms, they waited
+// 22 ms and it showed 65-80 ms after. A sound that comes after its picture is the side
+// viewers forgive (docs/DESIGN.md, "The pictures lead their sound by 20 ms").
+const PICTURE_LEAD_MS = 20;
 async function alignPictures(pc) {
   const video = pc.getReceivers().find((r) => r.track.kind === "video");
   if (!video || !("jitterBufferTarget" in video) || talk.aligned === pc) return;
@@ -620,7 +626,8 @@ async function alignPictures(pc) {
     const last = leads.slice(-3);
     if (last.length === 3 && Math.max(...last) - Math.min(...last) <= 20) {
       const lead = last.sort((a, b) => a - b)[1];
-      video.jitterBufferTarget = Math.max(0, Math.min(Math.round(at.video.waits + lead), 500));
+      const wait = at.video.waits + lead - PICTURE_LEAD_MS;
+      video.jitterBufferTarget = Math.max(0, Math.min(Math.round(wait), 500));
       window.hotplateTalk.pictureWaitMs = video.jitterBufferTarget;
       return;
     }
