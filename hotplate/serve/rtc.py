@@ -220,6 +220,7 @@ def audio_track(pump: FramePump):
 
     class AvatarAudioTrack(_tracks_base()):
         kind = "audio"
+        faded = -1.0  # the interrupt whose cut the sound last faded out at
 
         async def recv(self):
             # sent as a microphone would, 20 ms apart on the pump's clock (AUDIO_LEAD),
@@ -227,7 +228,8 @@ def audio_track(pump: FramePump):
             pts, samples, due, began = await pump.audio.get()
             await asyncio.sleep(due - time.monotonic())
             if began < pump.cut:  # its frame began to render before an interrupt: silenced
-                samples = faded_out(samples, pump.cut > due - AUDIO_CHUNK / AUDIO_RATE)
+                samples = faded_out(samples, first=self.faded < pump.cut)
+                self.faded = pump.cut
             frame = av.AudioFrame.from_ndarray(
                 np.ascontiguousarray(samples[None, :]), format="s16", layout="mono"
             )
