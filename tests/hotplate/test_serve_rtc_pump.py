@@ -7,14 +7,10 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
-import pytest
 
+from hotplate.serve import rtc
 from pipeline.render.conversation import Conversation
 from testkit.render_fixtures import build_assets, speech
-
-pytest.importorskip("aiortc", reason="the [webrtc] extra (just setup installs it)")
-
-from hotplate.serve import rtc  # noqa: E402 - needs aiortc's tracks
 
 LOUD = 1000  # int16 peak: speech, not the fade's tail or silence
 
@@ -22,7 +18,7 @@ LOUD = 1000  # int16 peak: speech, not the fade's tail or silence
 def test_an_interrupt_silences_the_sound_rendered_and_not_yet_sent():
     assets = build_assets(6)
 
-    async def run() -> tuple[list, list, list]:
+    async def run() -> tuple[list, list[int], int]:
         with Conversation(assets) as conv:
             pump = rtc.FramePump(conv, asyncio.get_running_loop())
             video, audio = rtc.video_track(pump), rtc.audio_track(pump)
@@ -45,13 +41,12 @@ def test_an_interrupt_silences_the_sound_rendered_and_not_yet_sent():
                 cut_at = len(stamps)
                 for _ in range(10):  # 200 ms: what was queued, then the frames after
                     after.append((await asyncio.wait_for(audio.recv(), 10)).to_ndarray()[0])
-                await asyncio.sleep(0)
-                return after, stamps, [cut_at]
+                return after, stamps, cut_at
             finally:
                 reader.cancel()
                 await asyncio.to_thread(pump.stop)
 
-    after, stamps, (cut_at,) = asyncio.run(run())
+    after, stamps, cut_at = asyncio.run(run())
     fade = int(rtc.FADE_OUT * rtc.AUDIO_RATE)
     # the first piece sent after the interrupt fades out over 5 ms; all after are silent
     assert not after[0][fade:].any(), np.abs(after[0]).max()

@@ -605,13 +605,14 @@ async function playout(pc) {
 // takes 8-20 s to mend a larger one; until then a picture may show well before or after
 // its sound. Once the stats say when each track plays (its sender's clock at playout)
 // and three readings half a second apart agree within 20 ms (the first ones, around
-// the first sender reports, jump by 100s of ms), ask the pictures to wait so that they lead their sound by PICTURE_LEAD_MS; once only,
-// since the browser's lip sync may later lengthen the sound's wait, which must not feed
-// back here. A lead, not none: a picture held to its sound holds every mouth and every
-// interrupt as long. At 540x960, held to their sound, pictures showed 64-73 ms after
-// they arrived and an interrupt's picture 98-101 ms after its POST; leading by 20 ms,
-// 51-62 ms and 66-89 ms (medians of runs). A sound that comes after its picture is the
-// side viewers forgive (docs/DESIGN.md, "The pictures lead their sound by 20 ms").
+// the first sender reports, jump by 100s of ms), ask the pictures to wait so that they
+// lead their sound by PICTURE_LEAD_MS; once only, since the browser's lip sync may
+// later lengthen the sound's wait, which must not feed back here. A lead, not none: a
+// picture held to its sound holds every mouth and every interrupt as long. At 540x960,
+// held to their sound, pictures showed 64-73 ms after they arrived and an interrupt's
+// picture 98-101 ms after its POST; leading by 20 ms, 51-62 ms and 66-89 ms (medians of
+// runs). A sound that comes after its picture is the side viewers forgive
+// (docs/DESIGN.md, "The pictures lead their sound by 20 ms").
 const PICTURE_LEAD_MS = 20;
 async function alignPictures(pc) {
   const video = pc.getReceivers().find((r) => r.track.kind === "video");
