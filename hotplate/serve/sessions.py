@@ -85,13 +85,21 @@ class Sessions:
         self.ice_addresses = cfg.ice_addresses or (("127.0.0.1",) if loopback else ())
         self.live: dict[str, Session] = {}
         self.starting: dict[str, int] = {}  # client -> sessions being created
-        # the control sockets: a directory only this user can enter (mkdtemp's 0700),
-        # short enough for a socket path (108 bytes)
-        self.dir = Path(tempfile.mkdtemp(prefix="hotplate-talk-"))
+        self._dir: Path | None = None
         self.tasks: set[asyncio.Task] = set()
 
+    @property
+    def dir(self) -> Path:
+        """The control sockets' directory: one only this user can enter (mkdtemp's 0700),
+        short enough for a socket path (108 bytes). Made at the first session, so a server
+        that hosts none, or is killed, leaves nothing in the temporary folder."""
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="hotplate-talk-"))
+        return self._dir
+
     def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     # -- creating
     def admit(self, client: str) -> None:
