@@ -73,6 +73,7 @@ PX = 80.0  # crop pixels per canonical unit
 LIP_POINTS = list(range(48, 68))
 METHODS = ("bank", "library", "procedural", "still", "oracle")
 OPEN = 0.08  # lip gap over mouth width: a truth frame whose inside the FD pools
+SYNC_LAGS = range(-6, 7)  # frames a clip's pictures may sit from its sound (`footage_sync`)
 BASELINES = {
     "library": "the mouth library (same still, no bank)",
     "procedural": "the procedural mouth (same still, no bank, no library)",
@@ -222,7 +223,33 @@ def held_part(bench: Bench, name: str, fx) -> dict:
         "truth": truth,
         "gaps": gaps,
         "still": still,
+        "sync": footage_sync(clip, split, fx),
     }
+
+
+def shifted(x: np.ndarray, lag: int) -> np.ndarray:
+    """`x` (T,) moved `lag` frames later (NaN where it has no value)."""
+    out = np.full(x.shape, np.nan)
+    if lag >= 0:
+        out[lag:] = x[: x.size - lag]
+    else:
+        out[:lag] = x[-lag:]
+    return out
+
+
+def footage_sync(clip, split: int, fx) -> dict:
+    """How far the clip's pictures sit from its sound, read on the bank's part only
+    (frames before `split`): the lag within SYNC_LAGS frames at which the ear's opening
+    (the clip's audio heard whole) best follows the referee's lip gap there, and that r.
+    A diagnostic of the footage, not of a render: a renderer cannot know a recording's
+    offset, and a render of new speech must not carry one."""
+    from pipeline.mouth.ear import load as load_ear
+
+    ear = load_ear().openness(clip.audio, clip.sr, clip.fps, clip.frames.shape[0])
+    gaps = fx.referee_gaps(list(clip.frames[:split]))
+    r = {lag: correlation(shifted(ear, lag)[:split], gaps) for lag in SYNC_LAGS}
+    best = max(r, key=r.get)
+    return {"lag": best, "r": r[best], "r0": r[0]}
 
 
 def runs(bench: Bench, names: list[str], fx) -> Iterator[tuple[str, float, dict]]:
@@ -327,6 +354,10 @@ def held_out(bench: Bench, name: str, fx, work: Path, part: dict, first: int = 0
         if what not in ("target", "cue_name", "share")
     }
     chain["search"] = correlation(steps["shown"], steps["target"])
+    lag = part["sync"]["lag"]  # the ear with the footage's offset, read on the bank's part
+    chain["ear_synced"] = correlation(
+        shifted(steps["ear"], lag)[:: bench.args.step][:k], truth_gaps
+    )
     chain["chose"] = f"{steps['cue_name']} x{steps['share']:.2f}"
     # the sheet: the held-out frames where the truth opens widest, and at its median
     order = np.argsort(np.where(np.isfinite(gaps[:k]), gaps[:k], -np.inf))
@@ -489,7 +520,9 @@ def main(bench: Bench) -> None:
     results = {}  # each clip with its whole first 60 % as the bank
     shorter = {}  # "name, bank S s": the same clip with the bank from its last S s only
     with tempfile.TemporaryDirectory() as tmp:
+        part_sync = {}
         for clip, seconds, part in runs(bench, names, fx):
+            part_sync[clip] = part["sync"]
             name = f"{clip}, bank {seconds:g} s" if seconds else clip
             work = Path(tmp) / name.replace(", ", "-").replace(" ", "")
             work.mkdir()
@@ -565,6 +598,19 @@ def main(bench: Bench) -> None:
                 inputs=inputs,
                 note="beats it" if c["ear"] > c["phones"] else "does not beat it",
             )
+            sync = part_sync[clip]
+            bench.figure(
+                f"{name}: the ear alone, moved by the footage's offset, vs the truth's lip gap"
+                " (a diagnostic of the footage)",
+                c["ear_synced"],
+                "r",
+                baseline="the ear alone, not moved",
+                baseline_value=c["ear"],
+                inputs=inputs,
+                note=f"offset {sync['lag']:+d} frames (+: the pictures after their sound), read"
+                f" on the bank's part alone, where the ear follows the truth at r {sync['r']:.3f}"
+                f" moved and {sync['r0']:.3f} not",
+            )
             bench.figure(
                 f"{name}: the bank entries' opening vs the target's",
                 c["search"],
@@ -577,7 +623,7 @@ def main(bench: Bench) -> None:
     for name, res in {**results, **shorter}.items():
         c = res["chain"]
         print(
-            f"  {name:<22} ear {c['ear']:6.3f}  phones {c['phones']:6.3f}  drive {c['drive']:6.3f}  cue {c['cue']:6.3f} ({c['chose']})  "
+            f"  {name:<22} ear {c['ear']:6.3f} (moved {c['ear_synced']:6.3f})  phones {c['phones']:6.3f}  drive {c['drive']:6.3f}  cue {c['cue']:6.3f} ({c['chose']})  "
             f"model {c['model']:6.3f}  shown {c['shown']:6.3f}  (shown vs target {c['search']:.3f})"
         )
     for metric, label, better in (
