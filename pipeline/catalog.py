@@ -153,6 +153,9 @@ def bank_info(store: Store | None, key: str) -> dict | None:
         "reason": manifest.get("reason", ""),
         "source": manifest.get("source", ""),
         "seconds": round(int(manifest.get("frames", 0)) / fps, 2),
+        # ms the footage's sound came after its pictures (negative: before), aligned for
+        # the bank's model (`mouth.bank.sound_offset`); 0 where it sat in sync
+        "sound_late_ms": int((manifest.get("sound_late") or {}).get("ms", 0)),
     }
 
 
@@ -162,7 +165,13 @@ def describe_bank(info: dict | None) -> str:
         return "cold (not precompiled under this recipe)"
     if info["entries"] == 0:
         return f"empty ({info['reason']})"
-    return f"{info['entries']} mouths from {info['seconds']:g} s of footage"
+    said = f"{info['entries']} mouths from {info['seconds']:g} s of footage"
+    late = info.get("sound_late_ms", 0)
+    if late:
+        said += (
+            f", its sound {abs(late)} ms {'after' if late > 0 else 'before'} its pictures (aligned)"
+        )
+    return said
 
 
 def persona_bank(

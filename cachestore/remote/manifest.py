@@ -85,6 +85,8 @@ RECORD: dict[str, tuple[bool, Callable[[Any], bool]]] = {
     "entries": (False, _int),
     "reason": (False, lambda v: type(v) is str),
     "speech_share": (False, lambda v: _number(v) and 0 <= v <= 1),
+    # how far its footage's sound sat off its pictures (`mouth.bank.sound_offset`)
+    "sound_late": (False, _str_map(_scalar)),
 }
 # a stage record as the store keeps it (`sizes` is the puller's own: derived, not sent)
 STAGE: dict[str, tuple[bool, Callable[[Any], bool]]] = {

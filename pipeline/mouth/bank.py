@@ -31,9 +31,10 @@ from pipeline.mouth.lips import LIPS, apply, mouth_shape, to_canonical
 if TYPE_CHECKING:
     from pipeline.render.mouth.drive import Drive
 
-VERSION = 4  # 2: the windowed cepstrum and log-mel model, its penalties and drive share by CV;
+VERSION = 5  # 2: the windowed cepstrum and log-mel model, its penalties and drive share by CV;
 # 3: the drive's cue (loudness or phones) chosen by CV beside its share; 4: a clip whose
-# mouth moves is a bank without sound (its frames alone), the model only where it speaks
+# mouth moves is a bank without sound (its frames alone), the model only where it speaks;
+# 5: footage whose sound sits off its pictures is aligned before the model is fitted
 SCALE = 112.0  # crop pixels per inter-ocular distance
 CROP = (-0.85, 0.55, 0.85, 2.05)  # canonical x1, y1, x2, y2: mouth, chin, a dropped jaw
 FEATURE_RATE = 16000  # Hz the clip's audio is analysed at
@@ -50,6 +51,18 @@ JAW_UNDER = tuple(range(4, 13))  # the jaw line under the mouth: it moves as the
 SMOOTH = 1.0  # frames: the predicted trajectory's Gaussian smoothing (sigma)
 GATE_DB = -50.0  # dBFS: quieter is no speech
 SPEECH_DB = 30.0  # dB below the clip's speech level that still counts as speech
+# How far a footage's sound may sit from its pictures (`sound_offset`), in frames either
+# way (8 at 25 fps: 320 ms, past any camera's or editor's slip a studio would ship) ...
+SYNC_LAGS = range(-8, 9)
+SYNC_MIN_R = 0.3  # ... the ear must follow the mouth this well at the lag it finds ...
+SYNC_GAIN = 0.1  # ... and this much better than in sync, to be believed ...
+SYNC_ACT = 2  # ... and an offset under 2 frames (80 ms at 25 fps) is left: sound
+# late by 40 ms is below what viewers notice (ITU-R BT.1359: from 125 ms late) ...
+SYNC_MIN_SECONDS = 8.0  # ... and shorter footage is fitted as shot: on GRID's talker
+# (the ear's own), windows of 2.4 s read a sound made 3 frames late as 4 early in 2 of
+# 24 and off by 1-3 frames in 5 more, windows of 4.8 s within a frame in all 23 (none
+# found an offset in the footage as shot); on HDTF's katie_hill, whom the ear hardly
+# knows, 2.4 s read her sound 4 frames early where 4.8 s found nothing it believed
 
 
 def crop_size() -> tuple[int, int]:
@@ -74,6 +87,54 @@ def speech_frames(samples: np.ndarray, sr: int, fps: float, n: int) -> np.ndarra
     quiet = quiet_frames(samples, sr, fps, SilenceParams(silence_db=SPEECH_DB, gate_db=GATE_DB))
     speech = ~quiet[:n]
     return np.concatenate([speech, np.zeros(n - speech.size, bool)])
+
+
+def sound_offset(
+    audio: np.ndarray, fps: float, n_frames: int, index: np.ndarray, opening: np.ndarray
+) -> dict:
+    """How many frames the footage's sound comes after its pictures ("late"; negative:
+    before), read by the ear (`pipeline/mouth/ear.py`: trained on footage in sync, it
+    knows no speaker) against the mouth's opening on the frames with a face (`index`,
+    `opening`): the lag in SYNC_LAGS at which the ear's opening, heard whole, follows
+    the mouth best. A bank fitted on footage whose sound is late would move every
+    render's mouth that much ahead of its speech, and its own cross-validation cannot
+    see it (both sides carry the offset). 0 unless the ear is believed (SYNC_MIN_R,
+    SYNC_GAIN) and the offset is SYNC_ACT frames or more, and 0 on footage shorter than
+    SYNC_MIN_SECONDS; "r_late" and "r_sync": the ear's r at the lag found and in sync."""
+    from pipeline.mouth.ear import load
+
+    if index.size < SYNC_MIN_SECONDS * fps:
+        return {"late": 0, "why": f"under {SYNC_MIN_SECONDS:g} s of footage with a face"}
+    try:
+        heard = load().predict(audio, FEATURE_RATE, fps, n_frames)[:, 0]
+    except FileNotFoundError as exc:  # the ear's weights gone: fit as shot
+        return {"late": 0, "r_late": 0.0, "r_sync": 0.0, "why": str(exc)}
+    mouth = np.full(n_frames, np.nan)
+    mouth[index] = opening
+
+    def r_at(late: int) -> float:  # frame t's mouth against what is heard at t + late
+        a = mouth[max(0, -late) : n_frames - max(0, late)]
+        b = heard[max(0, late) : n_frames - max(0, -late)]
+        ok = np.isfinite(a)
+        return correlation(a[ok], b[ok]) if ok.sum() >= MIN_ENTRIES else 0.0
+
+    r = {late: r_at(late) for late in SYNC_LAGS}
+    best = max(r, key=r.get)
+    believed = r[best] >= SYNC_MIN_R and r[best] - r[0] >= SYNC_GAIN
+    late = best if believed and abs(best) >= SYNC_ACT else 0
+    return {"late": late, "r_late": r[best], "r_sync": r[0], "found": best}
+
+
+def aligned(audio: np.ndarray, late: int, fps: float) -> np.ndarray:
+    """`audio` moved `late` frames earlier (its start cut, silence after its end; a
+    negative `late` the other way), the same length: each frame's sound under it."""
+    shift = int(round(late * FEATURE_RATE / fps))
+    if shift == 0:
+        return audio
+    pad = np.zeros(abs(shift), audio.dtype)
+    if shift > 0:
+        return np.concatenate([audio[shift:], pad])[: audio.size]
+    return np.concatenate([pad, audio[:shift]])
 
 
 def normalise(feats: np.ndarray, speech: np.ndarray) -> np.ndarray:
@@ -204,7 +265,12 @@ def build_bank(
     if not heard:  # footage without speech: its shapes alone, the drive asks for them
         return BankBuild(arrays, {**meta, "model": False, "drive_cue": "drive"})
 
-    # 3. the presenter's own audio -> mouth model, and the drive cue's share
+    # 3. the presenter's own audio -> mouth model, and the drive cue's share, on the
+    # footage's sound aligned to its pictures where it sits off them
+    sync = sound_offset(audio, fps, n_frames, index, shapes[:, 0])
+    if sync["late"]:
+        audio = aligned(audio, sync["late"], fps)
+        speech = speech_frames(audio, FEATURE_RATE, fps, n_frames)
     feats = normalise(log_mel(audio, FEATURE_RATE, fps, n_frames), speech)
     model, scores = fit_model(windowed(feats)[index], shapes)
     live, live_scores = fit_model(windowed(feats, LIVE_AHEAD)[index], shapes)
@@ -222,6 +288,7 @@ def build_bank(
         "drive_cue": drive["cue"],
         "opening_gain": gain,
         "drive_cv_r": drive["r"],
+        "sound_late": {**sync, "ms": round(1000.0 * sync["late"] / fps)},
         "context": {"mfcc": list(MFCC_CONTEXT), "n_mfcc": N_MFCC, "mel": list(MEL_CONTEXT)},
     }
     return BankBuild(arrays, meta)

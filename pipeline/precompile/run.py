@@ -342,6 +342,7 @@ def _build_bank(
             "entries": int(bank.meta.get("entries", 0)),
             "reason": bank.meta.get("reason", ""),
             "speech_share": bank.meta.get("speech_share", 0.0),
+            "sound_late": bank.meta.get("sound_late", {}),
             "counts": report.counts,
             "recipe": recipe.fields(),
         },

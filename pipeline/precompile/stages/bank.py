@@ -53,4 +53,15 @@ def bank_stage(
         fps,
         progress=lambda done, total: progress("bank", done, total),
     )
+    late = built.meta.get("sound_late", {})
+    if late.get("late"):
+        logger.warning(
+            "%s: its sound comes %d ms %s its pictures (the ear's opening follows its mouth"
+            " at r %.2f aligned, %.2f as shot); its mouth bank is fitted on them aligned",
+            name or copy.name,
+            abs(late["ms"]),
+            "after" if late["late"] > 0 else "before",
+            late["r_late"],
+            late["r_sync"],
+        )
     return built.arrays, built.meta
