@@ -52,7 +52,7 @@ SMOOTH = 1.0  # frames: the predicted trajectory's Gaussian smoothing (sigma)
 GATE_DB = -50.0  # dBFS: quieter is no speech
 SPEECH_DB = 30.0  # dB below the clip's speech level that still counts as speech
 # How far a footage's sound may sit from its pictures (`sound_offset`), in frames either
-# way (8 at 25 fps: 320 ms, past any camera's or editor's slip a studio would ship) ...
+# way (8 at 25 fps: 320 ms) ...
 SYNC_LAGS = range(-8, 9)
 SYNC_MIN_R = 0.3  # ... the ear must follow the mouth this well at the lag it finds ...
 SYNC_GAIN = 0.1  # ... and this much better than in sync, to be believed ...
@@ -93,8 +93,8 @@ def sound_offset(
     audio: np.ndarray, fps: float, n_frames: int, index: np.ndarray, opening: np.ndarray
 ) -> dict:
     """How many frames the footage's sound comes after its pictures ("late"; negative:
-    before), read by the ear (`pipeline/mouth/ear.py`: trained on footage in sync, it
-    knows no speaker) against the mouth's opening on the frames with a face (`index`,
+    before), read by the ear (`pipeline/mouth/ear.py`, trained on footage in sync)
+    against the mouth's opening on the frames with a face (`index`,
     `opening`): the lag in SYNC_LAGS at which the ear's opening, heard whole, follows
     the mouth best. A bank fitted on footage whose sound is late would move every
     render's mouth that much ahead of its speech, and its own cross-validation cannot
