@@ -92,7 +92,7 @@ class Sessions:
     def dir(self) -> Path:
         """The control sockets' directory: one only this user can enter (mkdtemp's 0700),
         short enough for a socket path (108 bytes). Made at the first session, so a server
-        that hosts none, or is killed, leaves nothing in the temporary folder."""
+        that hosts none leaves nothing in the temporary folder, even when it is killed."""
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="hotplate-talk-"))
         return self._dir

@@ -10,7 +10,8 @@ The footage is real: GRID's talker (testkit/footage/: grid_s1, CC BY 4.0), its f
 16 s with the sound moved 3 frames (120 ms) late, written as a persona's `speech.mp4`
 and precompiled. The bank's model is then given the next 8 s of his speech, in sync,
 and judged by the referee (dlib, testkit/referee.py) on those frames as shot: the mouth
-it predicts must follow his lips best with no lag, not 3 frames early.
+it predicts must follow his lips best within a frame of no lag (fitted as shot, it
+followed them best 2 frames off).
 """
 
 from __future__ import annotations
