@@ -526,9 +526,7 @@ def main(bench: Bench) -> None:
     results = {}  # each clip with its whole first 60 % as the bank
     shorter = {}  # "name, bank S s": the same clip with the bank from its last S s only
     with tempfile.TemporaryDirectory() as tmp:
-        part_sync = {}
         for clip, seconds, part in runs(bench, names, fx):
-            part_sync[clip] = part["sync"]
             name = f"{clip}, bank {seconds:g} s" if seconds else clip
             work = Path(tmp) / name.replace(", ", "-").replace(" ", "")
             work.mkdir()
@@ -604,7 +602,7 @@ def main(bench: Bench) -> None:
                 inputs=inputs,
                 note="beats it" if c["ear"] > c["phones"] else "does not beat it",
             )
-            sync = part_sync[clip]
+            sync = part["sync"]
             bench.figure(
                 f"{name}: the ear alone, moved by the footage's offset, vs the truth's lip gap"
                 " (a diagnostic of the footage)",
