@@ -86,9 +86,9 @@ def start_cluster(caches: dict[str, Path]):
         # preferring its own node's: the test needs requests to reach both nodes
         "RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING": "0",
         # and it asks both replicas their queue at each request: with its 10 s cache, a
-        # replica whose entry went stale is passed over for the one just used, and on a
-        # busy machine a session's WHEP offer went to its owner in 12 starts of 16 (in 8
-        # of 16 without the cache)
+        # replica whose entry went stale is passed over for the one just used: on a busy
+        # machine a session's WHEP offer went to its owner in 31 starts of 48 (three runs
+        # of 16; 20 of 48 without the cache)
         "RAY_SERVE_QUEUE_LENGTH_CACHE_TIMEOUT_S": "0",
     }
     common = {"num_cpus": 2, "include_dashboard": False}
