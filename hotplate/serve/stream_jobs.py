@@ -53,7 +53,9 @@ def pcm_chunks(part: Path, idle_timeout: float = 120.0) -> Iterator[bytes]:
                 while data := f.read(1 << 16):
                     yield data
                 return
-            if not part.exists():
+            # the end's rename may fall between the check above and this one: gone
+            # only if neither name is there
+            if not part.exists() and not final.exists():
                 raise ClientGone("the live client went away mid-stream")
             if time.monotonic() - quiet_since > idle_timeout:
                 raise ClientGone(f"no live input for {idle_timeout:g} s")
