@@ -62,6 +62,7 @@ READY = 300.0  # seconds: a cluster, Serve and two replicas starting on 2 busy c
 TOKEN = "token-of-the-cluster"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+TALK_STARTS = 16  # Talk sessions started at most until a WHEP offer lands on the other replica
 
 
 def ray_or_fail():
@@ -595,8 +596,8 @@ def test_talk_mode_in_chromium_against_two_replicas(served, tmp_path):
     """The page's Talk mode (token prompt, POST /v1/sessions, WHEP with trickled
     candidates, "Say the clip" over the speech socket, interrupt over the data channel,
     the session ended), each request on whichever replica, until the page's WHEP offer
-    went to the replica that did not make the session (Serve picks: 1 in 2 a start, 16
-    misses 1 run in 65536)."""
+    went to the replica that did not make the session (Serve picks: 1 in 2 a start, so
+    TALK_STARTS miss together 1 run in 2**TALK_STARTS)."""
     from playwright.sync_api import sync_playwright
 
     from hotplate.demo_data import write_wav
@@ -634,7 +635,7 @@ def test_talk_mode_in_chromium_against_two_replicas(served, tmp_path):
         card.wait_for(timeout=60_000)
         card.click()
         starts = 0
-        while starts < 16:  # sessions started until one's WHEP offer was forwarded
+        while starts < TALK_STARTS:  # sessions started until one's WHEP offer was forwarded
             starts += 1
             page.click("#talk")
             page.wait_for_function(
@@ -646,7 +647,7 @@ def test_talk_mode_in_chromium_against_two_replicas(served, tmp_path):
                 break
             page.click("#talk")  # ends it
             page.wait_for_function("() => window.hotplateTalk.state === 'idle'", timeout=30_000)
-        assert forwarded, "no WHEP offer of 16 went to the other replica"
+        assert forwarded, f"no WHEP offer of {starts} went to the other replica"
         assert page.evaluate("document.getElementById('player').videoWidth") == 270
         session = page.evaluate("window.hotplateTalk.id")
         page.set_input_files("#audio", str(clip))
