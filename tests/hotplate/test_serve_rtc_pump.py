@@ -1,10 +1,12 @@
 """The session's clock (hotplate/serve/rtc.py's FramePump) and aiortc's tracks it feeds,
 on a real Conversation with the warp renderer: an interrupt silences the sound already
-rendered and not yet sent, and its picture is stamped just after the one before it."""
+rendered and not yet sent, and its picture is stamped just after the one before it; a
+burst of interrupts does not run the clock ahead."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 
@@ -61,3 +63,43 @@ def test_an_interrupt_silences_the_sound_rendered_and_not_yet_sent():
     assert len(off_grid) <= 1, stamps
     for k in off_grid:
         assert stamps[k] - stamps[k - 1] == round(rtc.CUT_STAMP * rtc.VIDEO_CLOCK), stamps
+
+
+def test_a_burst_of_interrupts_keeps_the_pump_on_its_clock():
+    """A client that interrupts on every microphone chunk (here 100 a second for 1 s):
+    the pump renders one frame ahead of its clock at most, so it neither races through
+    frames during the burst nor freezes after it."""
+    assets = build_assets(6)
+
+    async def run() -> tuple[float, int, int]:
+        with Conversation(assets) as conv:
+            pump = rtc.FramePump(conv, asyncio.get_running_loop())
+            video = rtc.video_track(pump)
+            pictures = 0
+
+            async def read() -> None:
+                nonlocal pictures
+                while True:
+                    await video.recv()
+                    pictures += 1
+
+            reader = asyncio.create_task(read())
+            started = time.monotonic()  # before the pump's own start: a looser bound
+            pump.start()
+            try:
+                for _ in range(100):
+                    pump.interrupt()
+                    await asyncio.sleep(0.01)
+                elapsed, frames = time.monotonic() - started, pump.stats.frames
+                after = pictures
+                while pictures < after + 5:  # and pictures go on coming after it
+                    await asyncio.sleep(0.01)
+                return elapsed * conv.fps, frames, pictures - after
+            finally:
+                reader.cancel()
+                await asyncio.to_thread(pump.stop)
+
+    clock_frames, frames, more = asyncio.run(asyncio.wait_for(run(), 60))
+    # frame t is rendered from its due time on, or one frame sooner at an interrupt
+    assert frames <= clock_frames + 2, (frames, clock_frames)
+    assert more >= 5
