@@ -175,7 +175,7 @@ class FramePump:
         while not self.stop_event.is_set():
             due = start + t * period
             wait = due - time.monotonic()
-            early = self._until(due, wake=not early)  # one frame ahead at most (module doc)
+            early = self._until(due, interruptible=not early)  # one frame ahead at most
             if self.stop_event.is_set():
                 return
             if -wait > CATCH_UP:  # far behind (a stalled machine): resume from now
@@ -204,13 +204,13 @@ class FramePump:
             self.loop.call_soon_threadsafe(self._hand_over, frame, picture, t, due, began, done)
             t += 1
 
-    def _until(self, due: float, wake: bool) -> bool:
-        """Wait until `due` (monotonic s); True where an interrupt (if `wake`) or a stop
-        ended the wait sooner."""
+    def _until(self, due: float, interruptible: bool) -> bool:
+        """Wait until `due` (monotonic s); True where an interrupt (if `interruptible`;
+        one frame ahead of the clock at most, module doc) or a stop ended it sooner."""
         while (left := due - time.monotonic()) > 0:
             if self.wake.wait(left):
                 self.wake.clear()
-                if wake or self.stop_event.is_set():
+                if interruptible or self.stop_event.is_set():
                     return True
         return False
 
