@@ -25,8 +25,9 @@ decode what they receive. Per size:
   same player, the picture whose mouth opens against the onset's first loud audio
   (which also holds how fast the drawn mouth opens); and in Debian's chromium (the
   page's Talk mode, a fake microphone saying as much speech), the picture against its
-  sound at the browser's playout (webrtc-stats' estimatedPlayoutTimestamp, twice a
-  second, from a second after the page set the pictures' wait to their sound's);
+  sound at the browser's playout, once a second, from 2 s after the page set the
+  pictures' wait: as the page reads it (the sound's time from arriving to heard less
+  the picture's to shown), plus how much later the server sent the sound;
 - in chromium too, the microphone muted, the same speech over the speech socket and the
   same interrupts, each picture the page shows read back (testkit/page_frames.py): the
   mouth's latency and its rest after an interrupt, as shown and as the picture arrived;
@@ -343,26 +344,37 @@ async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, second
     return statistics.median(latencies)
 
 
-# Each inbound track's playout, as its sender's clock (NTP ms) less the stats' own time:
-# audio's minus video's is how late the picture is against its sound, as the browser
-# plays them after its own lip sync (webrtc-stats, estimatedPlayoutTimestamp).
-# With it, each track's mean jitter-buffer delay so far (s), which a picture or a sound
-# waits in the browser before it plays.
-PLAYOUT = "() => window.hotplateTalk.playout()"  # per track: {plays, waits}, ms (app.js)
+# The page's reading over the last second (app.js readTiming): ms from arriving to heard
+# (sound) and to shown (picture), and their difference (lead); null until known
+TIMING = "() => window.hotplateTalk.timing"
 
 
 # Reading each shown picture back costs the page a canvas copy and its luma in script:
 # at 1080x1920 (8 MB a picture, 25 a second) that starves the session it measures on 2 cores.
 READ_IN_CHROMIUM = 540 * 960  # pixels, at most
-ALIGNED = "() => window.hotplateTalk.pictureWaitMs"  # the page's one alignment, ms or null
+ALIGNED = "() => window.hotplateTalk.pictureWaitMs"  # the wait the page asked last, ms or null
+
+
+def sent_later(srv, page) -> float:
+    """ms the session's server sent a sound after its picture: AUDIO_LEAD after the frame
+    was due, against its picture as soon as rendered (the mean render; VP8's encode after
+    it, about 4 ms at 540x960, not counted). The page's lead leaves this out."""
+    from hotplate.serve.rtc import AUDIO_LEAD
+
+    with srv.client() as c:
+        figures = c.get(f"/v1/sessions/{page.evaluate('window.hotplateTalk.id')}").json()
+    figures = figures.get("figures", figures)
+    return 1000 * (AUDIO_LEAD - figures["render_seconds"] / max(figures["frames"], 1))
 
 
 def in_chromium(bench: Bench, srv, reader, size: str, inputs: dict, seconds: float) -> None:
     """The page's Talk mode in Debian's chromium, its fake microphone saying `seconds` of
-    speech: the picture minus its sound at the browser's playout, twice a second, for
-    `seconds` from a second after the page set the pictures' wait to their sound's (it
-    needs a sender report of each track and steady readings, ~3-5 s; at 30 s without
-    it, from then; never before --sync-from)."""
+    speech: the picture minus its sound at the browser's playout, once a second, for
+    `seconds` from 2 s after the page set the pictures' wait (it needs three
+    steady readings of the sound, ~3-8 s; at 30 s without it, from then; never before
+    --sync-from). Read as the page reads it (app.js readTiming: the sound's time from
+    arriving to heard less the picture's from arriving to shown), plus how much later
+    the server sent the sound than its picture (sent_later)."""
     import shutil
 
     from hotplate.demo_data import make_speech_audio, write_wav
@@ -373,7 +385,7 @@ def in_chromium(bench: Bench, srv, reader, size: str, inputs: dict, seconds: flo
         bench.missing("Debian's chromium is not installed (just setup installs it)")
     from playwright.sync_api import sync_playwright
 
-    offsets, trace = [], []
+    leads, trace = [], []
     with tempfile.TemporaryDirectory() as d, sync_playwright() as p:
         mic = write_wav(Path(d) / "mic.wav", make_speech_audio(seconds, 48000, seed=4), 48000)
         args = page_frames.talk_args(mic)
@@ -386,21 +398,22 @@ def in_chromium(bench: Bench, srv, reader, size: str, inputs: dict, seconds: flo
         began = time.monotonic()
         sync_from = bench.args.sync_from
         aligned = None  # when the page had set the pictures' wait, s after connecting
-        while aligned is None or time.monotonic() - began < aligned + 1 + seconds:
-            page.wait_for_timeout(500)
-            playout = page.evaluate(PLAYOUT)
+        while aligned is None or time.monotonic() - began < aligned + 2 + seconds:
+            page.wait_for_timeout(1000)  # the page reads once a second
+            timing = page.evaluate(TIMING)
             now = time.monotonic() - began
             if aligned is None and (page.evaluate(ALIGNED) is not None or now > 30):
                 aligned = max(now, sync_from - 1)
-            if len(playout) == 2:
-                trace.append((now, playout["audio"]["plays"] - playout["video"]["plays"]))
-                if aligned is not None and now >= aligned + 1:
-                    offsets.append(trace[-1][1])
-                    buffered = playout
+            if timing is not None:
+                trace.append((now, timing["lead"]))
+                if aligned is not None and now >= aligned + 2:  # the wait took effect
+                    leads.append(trace[-1][1])
+                    last = timing
         waited = page.evaluate(ALIGNED)
+        later = sent_later(srv, page)
         w, h = (int(x) for x in size.split("x"))
         if w * h <= READ_IN_CHROMIUM:
-            mouth_in_chromium(bench, page, srv, reader, size, inputs, seconds)
+            mouth_in_chromium(bench, page, srv, reader, size, inputs, seconds, later)
         else:
             print(f"  chromium's pictures are not read back at {size} (see READ_IN_CHROMIUM)")
         page.click("#talk")
@@ -408,11 +421,11 @@ def in_chromium(bench: Bench, srv, reader, size: str, inputs: dict, seconds: flo
         browser.close()
     print(
         "  chromium, picture minus sound (ms) by second after connecting: "
-        + " ".join(f"{t:.0f}s:{x:.0f}" for t, x in trace[1::2])
+        + " ".join(f"{t:.0f}s:{-(x + later):.0f}" for t, x in trace)
     )
-    if not offsets:
-        bench.missing("chromium gave no estimatedPlayoutTimestamp for both tracks")
-    x = np.array(offsets)
+    if not leads:
+        bench.missing("the page never read when chromium plays both tracks")
+    x = -(np.array(leads) + later)
     bench.figure(
         f"{size}: in chromium, picture minus sound at playout (median; largest |x|)",
         float(np.median(x)),
@@ -421,14 +434,16 @@ def in_chromium(bench: Bench, srv, reader, size: str, inputs: dict, seconds: flo
         inputs=inputs,
         note=f"largest {x[np.argmax(np.abs(x))]:.0f} ms, 95% within "
         f"{np.percentile(np.abs(x), 95):.0f} ms, {len(x)} readings over {seconds:.0f} s "
-        f"from {aligned + 1:.0f} s after connecting (webrtc-stats "
-        f"estimatedPlayoutTimestamp); the page asked pictures to wait {waited} ms; "
-        "mean jitter-buffer wait: pictures "
-        f"{buffered['video']['waits']:.0f} ms, sound {buffered['audio']['waits']:.0f} ms",
+        f"from {aligned + 2:.0f} s after connecting (the page's reading: the sound "
+        f"{last['sound']:.0f} ms from arriving to heard, jitter buffer and output, less the "
+        f"picture's {last['picture']:.0f} ms to shown, at the end; plus the sound sent "
+        f"{later:.0f} ms after its picture); the page asked pictures to wait {waited} ms",
     )
 
 
-def mouth_in_chromium(bench: Bench, page, srv, reader, size: str, inputs, seconds: float) -> None:
+def mouth_in_chromium(
+    bench: Bench, page, srv, reader, size: str, inputs, seconds: float, later: float
+) -> None:
     """The same session, its microphone muted: `seconds` of speech pushed in real time
     over its speech socket, then replies interrupted, as bench_webrtc's aiortc player
     is spoken to; each picture chromium shows is read back (testkit/page_frames.py),
@@ -459,10 +474,13 @@ def mouth_in_chromium(bench: Bench, page, srv, reader, size: str, inputs, second
 
     speaker = threading.Thread(target=run, daemon=True)
     speaker.start()
-    pictures = []
+    pictures, leads = [], []
     while speaker.is_alive():
         page.wait_for_timeout(300)
         pictures += page_frames.drain(page, reader)
+        timing = page.evaluate(TIMING)
+        if timing is not None:  # how far the pictures lead their sound now (ms)
+            leads.append((time.monotonic(), timing["lead"] + later))
     if "error" in said:
         bench.missing(f"speaking to the session in chromium failed: {said['error']}")
     shown = [(p.shown + to_monotonic, p.mouth) for p in pictures]
@@ -488,6 +506,8 @@ def mouth_in_chromium(bench: Bench, page, srv, reader, size: str, inputs, second
     cut_rests = mouth_rests(bench, arrived, said["cuts"])
     rests_on_arrival = [at - cut for cut, at in cut_rests]
     rests = [shown_at[at] - cut for cut, at in cut_rests]
+    # how far the pictures led their sound here: it sets how long a picture is held
+    during = [x for t, x in leads if said["cuts"][0] - 1 <= t <= said["cuts"][-1] + 1]
     bench.figure(
         f"{size}: in chromium, interrupt: the mouth at rest as shown after the POST (median)",
         1000 * statistics.median(rests),
@@ -497,7 +517,9 @@ def mouth_in_chromium(bench: Bench, page, srv, reader, size: str, inputs, second
         note=f"{len(rests)} of {len(said['cuts'])} replies cut with the mouth open; largest "
         f"{1000 * max(rests):.0f} ms; as the picture arrived: median "
         f"{1000 * statistics.median(rests_on_arrival):.0f} ms, largest "
-        f"{1000 * max(rests_on_arrival):.0f} ms (shown later by the wait the page set)",
+        f"{1000 * max(rests_on_arrival):.0f} ms (shown later by the wait the page set); the "
+        f"pictures led their sound by {statistics.median(during or [float('nan')]):.0f} ms "
+        "at playout while the cuts were made (median)",
     )
 
 
