@@ -110,7 +110,7 @@ class Reader:
         LMDB never writes a value in place (a rewrite, a delete and re-put, a repair all
         copy it to other pages), so an unmoved value is the value that was hashed. Its
         header is still checked, and every frame read hashes its blob anyway
-        (docs/DESIGN.md, "The hit check remembers what it hashed")."""
+        (docs/notebook/hot-path.md, "The hit check remembers what it hashed")."""
         value = self.txn.get(digest.encode(), db=self.store.dbs["blob"])
         if value is None:
             return False
@@ -265,7 +265,8 @@ class Store:
         self._map_epoch = 0  # bumped at every remap: an address is only good in its map
         self._check_path()
         # LMDB's lock file needs write access; a store this user can only read is opened
-        # without it (docs/DESIGN.md: then no writer may run while it is read)
+        # without it (docs/notebook/store.md, "Read-only store": then no writer may run
+        # while it is read)
         self.locked = not readonly or os.access(self.path, os.W_OK)
         self._hold = self._take_shared_hold()
         try:

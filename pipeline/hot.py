@@ -47,7 +47,7 @@ def hot_check(store: Store, avatar_key: str) -> tuple[dict | None, list[str]]:
     `Store.avatar_bytes`, one level shallower: every blob present with a whole header and
     size, not hashed (a listing of every source on every request cannot hash the store).
     A damaged blob this check finds is removed from the store, so from then on the
-    listings see it too (docs/DESIGN.md, "One definition of hot")."""
+    listings see it too (docs/notebook/integrity.md, "One definition of hot")."""
     manifest = store.read_value("avatar", avatar_key)
     if manifest is None:
         return None, []

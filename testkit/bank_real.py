@@ -9,7 +9,7 @@ correlated with the opening the new speech asks for (`asked_opening`, the measur
 tests/pipeline/test_mouth_footage_bank.py) and with the loop's own lip gap on the stored
 frame under each output frame (its own words: near 0 when they are gone). Also printed:
 how closely the entries shown follow the target (face mesh's openings), and how many
-frames a jump between runs morphs. One line a clip; docs/DESIGN.md quotes them.
+frames a jump between runs morphs. One line a clip; docs/notebook/mouth.md quotes them.
 """
 
 from __future__ import annotations

@@ -189,8 +189,8 @@ def talking_clip(image: np.ndarray, wav: Path, out: Path) -> Path:
 
     The clip is the image widened by its own edge to whole 64s on both sides: x264
     encoded 660x660 or 672x672 as another bitstream now and then, and the tests' figures
-    moved with it; 704x704 came out the same every time (docs/DESIGN.md, "The talking
-    clip is the same clip every run")."""
+    moved with it; 704x704 came out the same every time (docs/notebook/mouth.md,
+    "The talking clip is the same clip every run")."""
     from testkit.footage import write_clip
 
     h, w = image.shape[:2]

@@ -6,8 +6,8 @@ frames (100: 4 s) with the sound stripped, precompiled with the still stage and 
 not the clip's), and the referee's lip gap (dlib, testkit/referee.py) correlated with the
 opening the new speech asks for (`asked_opening`; the measure of
 tests/pipeline/test_mouth_still.py) and, as it was measured while loudness opened the
-mouth, with the speech's loudness envelope. Prints one line a clip; docs/DESIGN.md's
-still section quotes them.
+mouth, with the speech's loudness envelope. Prints one line a clip; docs/notebook/stilling.md
+quotes them.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ between encodes, as a process that ran other work first leaves it.
 
     python -m testkit.x264_repeat --sizes 660 672 704 --encodes 8
 
-Prints one line per size: how many encodes came out as each bitstream (docs/DESIGN.md,
-"The talking clip is the same clip every run")."""
+Prints one line per size: how many encodes came out as each bitstream
+(docs/notebook/mouth.md, "The talking clip is the same clip every run")."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ routes what it does not own:
   the deployment is whole (readiness.py).
 
 A replica that died took its jobs with it: its tag no longer answers, its jobs read as
-unknown (404). See docs/DESIGN.md, "A cluster that shares its state".
+unknown (404). See docs/notebook/fleet.md, "A cluster that shares its state".
 """
 
 from __future__ import annotations

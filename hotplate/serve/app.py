@@ -3,7 +3,8 @@ routers (hotplate/serve/routes/: renders, catalog, health, page).
 
 Every request is checked (token, size, names, audio) in the server before it is queued,
 so bad input costs no worker time; renders run in worker processes (jobs.py).
-A new router is one more `app.include_router(...)` in create_app (docs/DESIGN.md).
+A new router is one more `app.include_router(...)` in create_app
+(docs/notebook/serving.md, "Routers").
 """
 
 import asyncio

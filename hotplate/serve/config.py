@@ -34,9 +34,10 @@ def seconds(text: str | float | None) -> float | None:
     return value
 
 
-# Cores one render keeps busy (docs/DESIGN.md, "Capacity"): warp's render_video runs
-# decode, render and encode as three threads, about two cores' worth at 1080x1920 (1.8x
-# real time on 2 idle cores, bench_stream); musetalk's torch uses every core by itself.
+# Cores one render keeps busy (docs/notebook/admission.md, "--workers auto"): warp's
+# render_video runs decode, render and encode as three threads, about two cores' worth at
+# 1080x1920 (1.8x real time on 2 idle cores, bench_stream); musetalk's torch uses every
+# core by itself.
 CORES_PER_RENDER = {"warp": 2}
 
 

@@ -18,7 +18,7 @@ For each HTTP request, in this order:
 A refusal closes the connection (`Connection: close`): the rest of an unwanted upload is
 never kept (a bounded linger drains it, so the client can read the answer first).
 WebSocket connections get the same Host, Origin and token checks (`check_connection`)
-and a byte budget on what they receive (see docs/DESIGN.md), but for a conversation
+and a byte budget on what they receive (see docs/notebook/serving.md), but for a conversation
 session's speech socket, which the session paces instead (sessions.py).
 """
 

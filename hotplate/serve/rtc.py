@@ -60,15 +60,15 @@ CATCH_UP = 0.5  # s: a pump this far behind its clock resumes from now, not in a
 # and 15-17 ms (p99) at 540x960; sound sent as each render came out arrived with that
 # jitter, and chromium's NetEq buffered it against it: its target 40 ms, a sound's wait
 # 55 ms. Sent on the clock, 20 and 29 ms, and the pictures, which the page holds to
-# their sound, wait as much less (docs/DESIGN.md, "Sound on the pump's clock"). A render
-# later than this sends its sound at once.
+# their sound, wait as much less (docs/notebook/sessions.md, "Sound on the pump's clock").
+# A render later than this sends its sound at once.
 AUDIO_LEAD = 0.02
 FADE_OUT = 0.005  # s: an interrupt's cut into sound already rendered, not a click
 # s after the picture before it that an interrupt's picture is stamped. Stamped when its
 # render began, chromium showed it 11 ms longer after it arrived than other pictures,
 # queued behind the picture before it (arrived 8-15 ms earlier, not shown yet); so
-# stamped, 81 ms after the POST against 100 (docs/DESIGN.md, "An interrupt's picture
-# takes the place of the one before it").
+# stamped, 81 ms after the POST against 100 (docs/notebook/sessions.md, "An interrupt's
+# picture takes the place of the one before it").
 CUT_STAMP = 0.002
 MIC_MAX_QUEUED = 0.3  # s: microphone speech queued past this is dropped (clock drift)
 # A muted track's sound, once through Opus, is +-1 and not zeros (chromium's was, each

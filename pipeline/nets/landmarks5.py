@@ -2,7 +2,7 @@
 
 dlib's 68-point model and every 2D-FAN are trained on iBUG 300-W, whose terms exclude
 commercial use; mediapipe's FaceMesh (Apache-2.0) cannot be installed beside numpy 2
-(docs/DESIGN.md). So the offline default takes the five points RetinaFace-MobileNet0.25
+(docs/notebook/precompile.md). So the offline default takes the five points RetinaFace-MobileNet0.25
 (MIT) finds (eye centres, nose tip, mouth corners) and places a mean 68-point face on
 them with the least-squares affine map from the template's five points to the found
 ones. Roll, scale, position, mouth width and some yaw follow the face; what five points

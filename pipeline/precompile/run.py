@@ -2,7 +2,7 @@
 
 Steps, as ARCHITECTURE.md numbers them: 1. decode, 2. track, 3. landmarks, 4. crops,
 5. masks, 6. latents (only with a VAE), and still (a talking loop's own mouth motion
-taken out, unless the recipe says `still="off"`; docs/DESIGN.md, "Stilling a talking loop"). Each stage is looked up by its key first; a
+taken out, unless the recipe says `still="off"`; docs/notebook/stilling.md). Each stage is looked up by its key first; a
 hit does no work. Each stage's arrays and manifest land in one write transaction,
 the avatar manifest last, so a failure at any point leaves no manifest that names
 missing data.

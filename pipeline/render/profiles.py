@@ -10,7 +10,7 @@ same coded pictures; only the container differs.
 
 The figures behind the choice are bench/bench_hot_path.py's encoder table (ms per
 1080x1920 frame, PSNR against the source and against the export, Mbit/s); see
-docs/DESIGN.md, "Encoder profiles".
+docs/notebook/hot-path.md, "Two encoder profiles".
 """
 
 from __future__ import annotations

@@ -93,8 +93,8 @@ def return_freed_memory() -> None:
     what a worker rendering job after job must not keep between jobs. This replaced a
     fixed 1 MiB mmap threshold (issue 25), which returned each frame when freed and so
     faulted every new one in again: ~2300 minor faults and ~3 ms of system CPU a
-    1080x1920 frame (docs/DESIGN.md, "Render workers trim after each job"). Other libcs:
-    nothing."""
+    1080x1920 frame (docs/notebook/hot-path.md, "Render workers trim after each job").
+    Other libcs: nothing."""
     import ctypes
     import ctypes.util
 

@@ -251,8 +251,8 @@ def test_busy_refuses_before_reading_the_body_and_live_closes_1013(world, tmp_pa
 
 
 def test_workers_auto_counts_the_cores_a_render_needs(world):
-    # warp renders at full speed on two cores (DESIGN, "--workers auto"); other renderers
-    # get one worker, whatever the cores
+    # warp renders at full speed on two cores (docs/notebook/admission.md, "--workers
+    # auto"); other renderers get one worker, whatever the cores
     assert [auto_workers("warp", n) for n in (1, 2, 3, 8)] == [1, 1, 1, 4]
     assert auto_workers("musetalk", 8) == 1
     with Server(world, "--workers", "auto") as srv, srv.client() as c:

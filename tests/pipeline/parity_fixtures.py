@@ -5,7 +5,7 @@ The parity tests run upstream's functions (from the snapshot at
 same weights. Upstream modules import a few packages that cannot be installed beside
 this torch (torchvision) or that the functions under test never call (librosa, only
 for reading files): `import_upstream` puts small stand-ins for exactly those into
-sys.modules first (see docs/DESIGN.md, "Parity with upstream MuseTalk").
+sys.modules first (see docs/notebook/install.md, "Parity with upstream MuseTalk").
 """
 
 from __future__ import annotations

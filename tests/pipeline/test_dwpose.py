@@ -1,6 +1,6 @@
 """DWPose port (`pipeline/nets/dwpose.py`) against mmpose's own modules.
 
-mmpose itself does not install here (see docs/DESIGN.md), so the reference network is
+mmpose itself does not install here (see docs/notebook/precompile.md), so the reference network is
 built from mmpose's and mmcv's source files in `shared/reference/mmpose/`, loaded with
 importlib under a stand-in `mmpose` package whose registries only record. Both sides get
 the same random weights through a checkpoint in upstream's format, which the port must load

@@ -82,7 +82,8 @@ def test_lips_within_five_percent_of_the_eyes_distance_on_varied_faces(judged):
 
 def test_rolled_faces_are_seen_upright(judged):
     """The crop follows the mesh's eye line: a face rolled by 30 degrees is within the
-    bound too (one upright pass alone is not: docs/DESIGN.md)."""
+    bound too (one upright pass alone is not:
+    docs/notebook/precompile.md)."""
     rolled = [new for name, _, new, _ in judged if name.endswith("/roll-30")]
     assert len(rolled) >= 10 and np.median(rolled) <= BOUND
 
@@ -121,8 +122,8 @@ def test_the_default_moved_the_landmarks_keys_and_nothing_above():
 
 
 def test_litert_and_onnxruntime_give_the_same_mesh():
-    """The two runtimes docs/DESIGN.md compares run the same file: their meshes agree to
-    a tenth of a pixel on a real face (three passes, each through its own crop)."""
+    """The two runtimes docs/notebook/precompile.md compares run the same file: their
+    meshes agree to a tenth of a pixel on a real face (three passes, each through its own crop)."""
     from pipeline.nets.facemesh import FaceMesh
 
     sample = faces.samples(("grace_hopper",), ("roll+15",))[0]

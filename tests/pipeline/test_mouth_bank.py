@@ -39,8 +39,8 @@ pytestmark = pytest.mark.slow  # end to end: real faces, renders, the referee on
 RECIPE = Recipe(max_frames=0, still="off")
 # r of the referee's gap, output against source (the bank issue's bound): 0.833 on this
 # clip, the same every run; the measure moves with the clip's pixels (0.753 on the same
-# frames converted to I420 by cv2 instead of FFmpeg; docs/DESIGN.md, "The talking clip
-# is the same clip every run"), so a fixture that changes them must be measured again
+# frames converted to I420 by cv2 instead of FFmpeg; docs/notebook/mouth.md, "The talking
+# clip is the same clip every run"), so a fixture that changes them must be measured again
 REPRODUCES = 0.8
 FOLLOWS = 0.6  # r of the referee's gap against the speech envelope
 OUTSIDE_DB = 40.0  # PSNR outside the mouth's blend square

@@ -35,7 +35,7 @@ def test_the_lips_shut_for_m_p_and_b(word, tmp_path):
 @pytest.mark.parametrize("word", ["aaa", "asa", "aya"])
 def test_open_vowels_and_other_consonants_keep_it_open(word, tmp_path):
     """(espeak-ng's l, r, j and n look nasal to the murmur test and shut the lips too:
-    the detector errs towards closing; see docs/DESIGN.md)"""
+    the detector errs towards closing; see docs/notebook/mouth.md)"""
     d = drive_of(espeak(word, tmp_path / f"{word}.wav", speed=120))
     spoken = np.flatnonzero(d.open > 0.3)
     assert d.open[spoken[0] : spoken[-1] + 1].min() > 0.3, np.round(d.open, 2)

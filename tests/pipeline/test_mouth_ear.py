@@ -64,7 +64,7 @@ def test_the_ear_follows_grid_talkers_it_never_heard():
     (testkit/footage/grid_others.mp4), each heard whole and judged by the referee on
     every frame: the ear's opening follows their lip gap at r OTHERS on average and
     better than the phones' opening table. (Not HDTF's people: there it still loses to
-    the table, docs/DESIGN.md.)"""
+    the table, docs/notebook/ear.md.)"""
     from testkit.mouth_fixtures import ear_by_sentence
 
     heard, told = ear_by_sentence("grid_others")

@@ -182,7 +182,7 @@ def test_the_dark_seam_under_the_open_mouth_is_lifted(monkeypatch):
     lift, and lighter by RIM_LIFT x the lip's luma on average (0.09 here: 0.27 on
     luispedro, 0.08-0.15 on grace_hopper and breakingbad_jesse, 0-0.03 on the rest,
     whose seam lies past the band or which show their own teeth). Lifting more cost the
-    referee's lip gap (DESIGN.md, the procedural interior's compositing)."""
+    referee's lip gap (docs/notebook/mouth.md, "Procedural interior")."""
     from pipeline.render.renderers import warp
 
     lifted = {name: darkest_under_the_mouth(name) for name in RIM_FACES}

@@ -188,10 +188,10 @@ def write_sheet(path, stilled, as_shot, rendered, env, rows: int = 4):
 
 # Real talking footage (testkit/footage/, HDTF: real people speaking to camera), each loop
 # its clip's first REAL_FRAMES frames with the sound stripped: shot while the presenter
-# spoke. All six clips are measured by `python -m testkit.still_real` (docs/DESIGN.md's
-# still section): three pass the bound and three do not (there the referee reads little
-# of the procedural interior on a shut mouth). CI runs two of the three that pass (each
-# costs two precompiles and two renders).
+# spoke. All six clips are measured by `python -m testkit.still_real`
+# (docs/notebook/stilling.md): three pass the bound and three do not (there the referee
+# reads little of the procedural interior on a shut mouth). CI runs two of the three that
+# pass (each costs two precompiles and two renders).
 REAL_CLIPS = ("ocasio_cortez", "menendez")
 REAL_FRAMES = 100  # 4 s at 25 fps
 

@@ -1,1 +1,1 @@
-"""The routers, one per resource; app.create_app includes each (see docs/DESIGN.md)."""
+"""The routers, one per resource; app.create_app includes each (see docs/notebook/serving.md)."""

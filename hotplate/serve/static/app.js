@@ -593,7 +593,7 @@ async function startTalk() {
 // minute in 4 of 6 sessions, and then held the pictures behind a wait of its own that
 // no jitterBufferTarget undoes (every mouth and interrupt 15 ms later). Apart, each
 // track plays as soon as its own buffer lets it and the page alone sets how long
-// pictures wait (alignPictures; docs/DESIGN.md, "The page, not chromium, holds the
+// pictures wait (alignPictures; docs/notebook/sessions.md, "The page, not chromium, holds the
 // pictures to their sound"). The server's answer keeps one stream, for WHEP players
 // that sync by it.
 function picturesApart(sdp) {

@@ -27,7 +27,8 @@ At render (`LibraryMouth.colour`), per output frame:
    high-frequency noise around the mouth, which the library's upsampled pixels lack)
    added as a fixed noise field, so a still's mouth does not shimmer.
 
-Built by `python -m pipeline.render.mouth.library build VIDEO ...` (docs/DESIGN.md).
+Built by `python -m pipeline.render.mouth.library build VIDEO ...`
+(docs/notebook/mouth-library.md).
 """
 
 from __future__ import annotations
