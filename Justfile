@@ -23,12 +23,14 @@ setup-demo:
     {{py}} -m pip install -q -e '.[demo]'
     touch .venv/.setup-demo
 
-# create .venv with the project, every extra the tests need and the dev tools (idempotent)
+# create .venv with the project, every extra the tests need and the dev tools, each at the
+# newest release its range in pyproject.toml allows (idempotent: it runs again when
+# pyproject.toml changes, or always with HOTPLATE_FRESH=1, as .ci/run sets it)
 setup:
     #!/usr/bin/env bash
     set -euo pipefail
     stamp=.venv/.setup-done
-    if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then exit 0; fi
+    if [ -z "${HOTPLATE_FRESH:-}" ] && [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then exit 0; fi
     # rsync for the watcher's sync tests, espeak-ng for speech in the demo's tests (the demo
     # itself falls back to a synthetic speech-like signal without it), chromium for
     # the serve page's browser test (Playwright drives it; no browser is downloaded),
@@ -48,7 +50,10 @@ setup:
     {{py}} -m pip install -q --upgrade pip
     # the core and every extra (the suite runs musetalk, a Ray cluster and WebRTC peers too); the musetalk
     # extra pins torch==2.13.0: an unpinned torch pulls several GB of CUDA wheels
-    {{py}} -m pip install -q -e '.[{{test_extras}}]'
+    # --upgrade, eager: what a fresh machine resolves today, not what an older venv kept
+    {{py}} -m pip install -q --upgrade --upgrade-strategy eager -e '.[{{test_extras}}]'
+    {{py}} -m pip freeze --exclude-editable > .venv/resolved.txt
+    echo "setup: $(wc -l < .venv/resolved.txt) packages (.venv/resolved.txt); $(grep -E '^(av|numpy|torch)==' .venv/resolved.txt | tr '\n' ' ')"
     touch "$stamp"
 
 # build a sample persona from the astronaut photo and render it (offline default; installs the core only)

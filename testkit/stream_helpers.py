@@ -57,6 +57,8 @@ def decode_facts(data: bytes, path: Path) -> dict:
         size = (frames[0].width, frames[0].height) if frames else None
     with av.open(str(path)) as c:
         v = c.streams.video[0]
+        # read here: a stream is not readable once its container closed (PyAV >= 18.1.1)
+        fps = float(v.average_rate or v.guessed_rate or 25)
         keys, spans = [], {"video": [None, 0.0], "audio": [None, 0.0]}
         n = 0
         for p in c.demux():
@@ -77,7 +79,7 @@ def decode_facts(data: bytes, path: Path) -> dict:
         "keyframes": keys,
         "video_seconds": spans["video"][1] - spans["video"][0],
         "audio_seconds": spans["audio"][1] - (spans["audio"][0] or 0.0),
-        "fps": float(v.average_rate or v.guessed_rate or 25),
+        "fps": fps,
     }
 
 

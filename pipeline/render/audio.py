@@ -82,11 +82,11 @@ def load_audio(path: str | Path, sr: int) -> np.ndarray:
                 )
             stream = container.streams.audio[0]
             # Keep the source layout; we average channels ourselves (see docstring).
-            resampler = av.AudioResampler(format="fltp", rate=sr)
+            to_sr = resampler("fltp", None, sr)
             for frame in container.decode(stream):
-                for out in resampler.resample(frame):
+                for out in to_sr.resample(frame):
                     chunks.append(out.to_ndarray().mean(axis=0, dtype=np.float32))
-            for out in resampler.resample(None):
+            for out in to_sr.resample(None):
                 chunks.append(out.to_ndarray().mean(axis=0, dtype=np.float32))
     except AudioError:
         raise
@@ -100,6 +100,25 @@ def load_audio(path: str | Path, sr: int) -> np.ndarray:
     if samples.size == 0:
         raise AudioError(f"audio file {path} holds no samples; pass a non-empty audio file")
     return samples.astype(np.float32, copy=False)
+
+
+def resampler(format: str, layout: str | None, rate: int):
+    """An `av.AudioResampler` to `format`, `layout` (None: the input's) and `rate` that
+    starts no thread: every resampler here goes through this.
+
+    Its filter graph would start a pool of idle threads, one per CPU, for a filter
+    (aresample) that runs on one. Since PyAV 18.1.1 the graph and its filters refer to
+    each other, so only the cyclic garbage collector frees the graph and stops those
+    threads: with the collector off, a streamed render left four threads behind on a
+    4-CPU machine (tests/pipeline/test_stream_render.py). PyAV before 18.1.1 has no
+    `threads` argument, and frees the graph with the resampler."""
+    import av
+
+    kw = {"format": format, "layout": layout, "rate": rate}
+    try:
+        return av.AudioResampler(**kw, threads=1)
+    except TypeError:  # PyAV < 18.1.1
+        return av.AudioResampler(**kw)
 
 
 def frame_bounds(n_samples: int, sr: int, fps: float) -> np.ndarray:

@@ -18,6 +18,7 @@ from types import TracebackType
 import numpy as np
 
 from cachestore.atomic import temp_beside
+from pipeline.render.audio import resampler
 from pipeline.render.profiles import FILE_PROFILE, PROFILES, EncoderProfile, get_profile
 
 AUDIO_CHUNK = 4096  # input samples per resampler call when flushing the tail
@@ -80,6 +81,7 @@ class Mp4Writer:
         self.timings = {"encode": 0.0, "mux": 0.0}
         self.frames_written = 0
         self._container = None
+        self._video = self._audio_stream = self._resampler = None  # while open
         self._tmp: Path | None = None
         self._audio_pos = 0  # input samples already handed to the resampler
 
@@ -131,13 +133,12 @@ class Mp4Writer:
         self._video = v
 
     def _open_audio(self) -> None:
-        import av
 
         rate = aac_rate(self.sample_rate)
         a = self._container.add_stream("aac", rate=rate, layout="mono")
         a.bit_rate = self.audio_bitrate
         self._audio_stream = a
-        self._resampler = av.AudioResampler(format="fltp", layout="mono", rate=rate)
+        self._resampler = resampler("fltp", "mono", rate)
 
     def write(self, frame: np.ndarray) -> None:
         """Encode one (height, width, 3) uint8 RGB frame, and the audio under it."""
@@ -236,22 +237,29 @@ class Mp4Writer:
                 for out in self._resampler.resample(None):
                     self._container.mux(self._audio_stream.encode(out))
                 self._container.mux(self._audio_stream.encode(None))
-            self._container.close()
-            self._container = None
+            self._close_container()
             os.replace(self._tmp, self.path)
             self._tmp = None
         except BaseException:
             self.abort()
             raise
 
+    def _close_container(self) -> None:
+        """Close the container and let go of its streams and the resampler here: their
+        encoders (x264's threads and ~2.5 MB each stream) are freed now, as the last
+        reference goes, not whenever the garbage collector reaches this writer (a writer
+        may be kept, or be in a cycle, long after its stream ended)."""
+        container, self._container = self._container, None
+        self._video = self._audio_stream = self._resampler = None
+        if container is not None:
+            container.close()  # drops its streams first, even if the trailer fails
+
     def abort(self) -> None:
         """Drop the temp file; the final path is left as it was."""
-        if self._container is not None:
-            try:
-                self._container.close()
-            except Exception:  # noqa: BLE001 - already failing; the temp goes anyway
-                pass
-            self._container = None
+        try:
+            self._close_container()
+        except Exception:  # noqa: BLE001 - already failing; the temp goes anyway
+            pass
         if self._tmp is not None:
             self._tmp.unlink(missing_ok=True)
             self._tmp = None

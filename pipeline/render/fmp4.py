@@ -232,17 +232,14 @@ class FragmentWriter(Mp4Writer):
                 for out in self._resampler.resample(None):
                     self._container.mux(self._audio_stream.encode(out))
                 self._container.mux(self._audio_stream.encode(None))
-            self._container.close()
-            self._container = None
+            self._close_container()
             self.splitter.close()
         except BaseException:
             self.abort()
             raise
 
     def abort(self) -> None:
-        if self._container is not None:
-            try:
-                self._container.close()
-            except Exception:  # noqa: BLE001 - already failing
-                pass
-            self._container = None
+        try:
+            self._close_container()
+        except Exception:  # noqa: BLE001 - already failing
+            pass

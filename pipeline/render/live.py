@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.render.audio import n_video_frames
+from pipeline.render.audio import n_video_frames, resampler
 from pipeline.render.video import _DONE, FragmentSink, _get, _put, _Stop
 
 CONTEXT_SECONDS = 4.0  # audio before a fragment its renderer sees (loudness reference)
@@ -58,12 +58,11 @@ class PcmDecoder:
     """s16le interleaved bytes at (rate, channels) -> float32 mono at `out_rate`."""
 
     def __init__(self, rate: int, channels: int, out_rate: int) -> None:
-        import av
 
         self.rate, self.channels, self.out_rate = rate, channels, out_rate
         self.carry = b""  # an incomplete sample frame left from the last chunk
         self.pts = 0
-        self.resampler = av.AudioResampler(format="flt", layout="mono", rate=out_rate)
+        self.resampler = resampler("flt", "mono", out_rate)
 
     def feed(self, data: bytes | None) -> np.ndarray:
         """Samples for `data`; None flushes the resampler (end of the input)."""

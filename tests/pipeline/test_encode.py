@@ -1,3 +1,4 @@
+import os
 from fractions import Fraction
 
 import av
@@ -25,6 +26,27 @@ def write(path, n, w=64, h=48, fps=25, audio=None, sr=16000):
 
 def leftovers(directory):
     return sorted(p.name for p in directory.iterdir() if ".tmp-" in p.name)
+
+
+def threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.parametrize("end", ["close", "abort"])
+def test_a_closed_writer_holds_no_encoder_thread(tmp_path, end):
+    """close() and abort() free the encoders there and then, while the writer is still
+    referenced: a caller that keeps it (or a cycle that holds it until the collector
+    runs) keeps no thread of a finished video."""
+    audio = speech(1.0, 16000)
+    write(tmp_path / "warm.mp4", 10, 320, 240, audio=audio)  # process-wide pools (OpenCV's)
+    before = threads()
+    w = Mp4Writer(tmp_path / "o.mp4", 320, 240, 25, audio=audio, sample_rate=16000)
+    w.open()
+    for t in range(10):
+        w.write(gradient(t, 320, 240))
+    assert threads() > before  # x264's own, at 320x240: what a kept encoder would keep
+    getattr(w, end)()
+    assert threads() <= before, (before, threads())
 
 
 def test_h264_aac_roundtrip(tmp_path):
