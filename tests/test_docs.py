@@ -75,6 +75,19 @@ def test_the_manual_builds_strict_with_every_page_and_the_generated_bench_tables
         assert not re.search(r'<link[^>]*href="https?://', text), html.name
 
 
+def test_every_page_asks_its_question_first_and_the_home_page_maps_them():
+    # a reader learns from a page's first line whether it is the page they need
+    for page in nav_pages():
+        text = (ROOT / "docs" / page).read_text()
+        first = text.split("\n\n")[1]  # the paragraph after the title
+        assert "?" in first, f"{page}'s first paragraph does not say the question it answers"
+    # and docs/index.md is the map: it links every page of the manual, the design, the notebook
+    home = (ROOT / "docs" / "index.md").read_text()
+    linked = set(re.findall(r"\]\(([^)#\s]+\.md)\)", home))
+    wanted = {page for page in nav_pages() if "/" not in page} - {"index.md"}
+    assert wanted | {"notebook/index.md"} <= linked, wanted - linked
+
+
 @pytest.mark.parametrize(
     "link, named",
     [
