@@ -117,7 +117,8 @@ def backoff_delay(attempts: int, base: float) -> float:
 @dataclass
 class Outcome:
     job: Job
-    status: str  # ok, changed, error, died
+    status: str  # ok, changed, error, died; or cancelled: not the file's doing (a cancel,
+    # a refusal, a drain: `hotplate serve --watch`), run again and not counted as an attempt
     detail: Any = None  # the result dict (ok) or one line (otherwise)
 
 

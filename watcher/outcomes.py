@@ -114,6 +114,22 @@ class Outcomes:
                 f"job {job.id} stopped: {o.detail}; its new content is queued as a new job "
                 f"once the file is still",
             )
+        elif o.status == "cancelled":
+            # a cancel, a refusal or a drain says nothing about the file: it runs again
+            # after the first backoff, its attempts as they were, so no number of them
+            # makes it failed (issue 64)
+            delay = backoff_delay(1, self.backoff)
+            self.jobs.defer(job, now + delay, str(o.detail))
+            self.retried += 1
+            self.set_rows(job, state=RETRY, error=str(o.detail), attempts=job.attempts)
+            self.log(
+                "job-retry",
+                job.path,
+                f"job {job.id} did not run to its end: {o.detail}; not a failed attempt, "
+                f"running again in {delay:.1f} s",
+                job=job.id,
+                error=str(o.detail),
+            )
         else:
             job.attempts += 1
             error = str(o.detail)

@@ -114,7 +114,7 @@ class QueuePool:
                 queued, {**fields, "source": str(path), "stat": stat}, slot.job.recipe
             )
         except Problem as refused:  # filled by the API since idle() saw room: a retry later
-            self._arrive(slot, Outcome(slot.job, "died", refused.detail))
+            self._arrive(slot, Outcome(slot.job, "cancelled", f"refused: {refused.detail}"))
             return
         slot.queued = queued
         self.queue.on_end[queued.id] = lambda ended, result: self._ended(slot, ended, result)
@@ -130,9 +130,12 @@ class QueuePool:
             outcome = Outcome(job, "ok", result)
         elif queued.state == "failed":  # 409: the file changed (workers.precompile_file)
             outcome = Outcome(job, "changed" if queued.status == 409 else "error", queued.error)
-        else:  # cancelled or interrupted: nothing wrong with the file; it runs again
-            why = slot.killed_because or queued.error or f"server job {queued.id} {queued.state}"
-            outcome = Outcome(job, "died", why)
+        elif slot.killed_because:  # past --job-timeout: the file's time, a failed attempt
+            outcome = Outcome(job, "died", slot.killed_because)
+        else:  # cancelled or interrupted (a DELETE, a drain): nothing wrong with the file;
+            # it runs again, and the attempt is not counted (watcher/outcomes.py)
+            why = queued.error or f"server job {queued.id} {queued.state}"
+            outcome = Outcome(job, "cancelled", why)
         self._arrive(slot, outcome)
 
     def _arrive(self, slot: Slot, outcome: Outcome) -> None:

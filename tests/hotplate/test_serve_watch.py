@@ -119,3 +119,64 @@ def test_a_server_killed_mid_queue_builds_every_file_after_its_restart(tmp_path)
                 assert "submit it again" in record["error"], record
         assert client.get(f"/v1/renders/{first['id']}").json()["state"] == "done"
         assert wait_hot(client, want) == want, again.log_text()
+
+
+CANCELS = 4  # one more than the watcher's attempts per file (its --retries, 3)
+
+
+def next_watcher_job(client, server, attire: str, seen: list[str]) -> dict:
+    """The watcher's next job for `attire` (one not in `seen`), queued or running, once
+    the queue lists it; an AssertionError naming the log's line if the watcher gives up
+    on the file instead."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        listed = client.get("/v1/precompile").json()["precompiles"]
+        for job in listed:
+            if job["owner"] == "watcher" and job["attire"] == attire and job["id"] not in seen:
+                return job
+        gave_up = [
+            line
+            for line in server.log_text(None).splitlines()
+            if "job-failed" in line and f"{attire}.mp4" in line
+        ]
+        assert not gave_up, f"after {len(seen)} cancels: {gave_up[0]}"
+        time.sleep(0.1)
+    raise AssertionError(f"the watcher queued no job for {attire} after {len(seen)} cancels")
+
+
+def test_a_watcher_job_cancelled_more_often_than_its_retries_still_makes_the_file_hot(
+    tmp_path,
+):
+    """A cancel (a DELETE with the admin token), like a refusal or a drain, says
+    nothing about the file: the watcher runs it again and does not count the attempt
+    (issue 64: three cancels left the file failed until it changed). A real copy into
+    the folder, its job cancelled 4 times, then `hotplate sync` (which waits on the
+    server's queue) reports it hot."""
+    world = make_world(tmp_path, attires=("studio",), n_frames=96)
+    shot = write_loop_video(tmp_path / "dusk.mp4", n_frames=24, size=SIZE, seed=9)
+    (world / "admin").write_text("the-admin-token\n")  # the watcher's jobs are nobody's
+    args = ("--workers", "1", "--watch", "--admin-token-file", str(world / "admin"))
+    admin = {"Authorization": "Bearer the-admin-token"}
+    with Server(world, *args) as server, server.client(headers=admin) as client:
+        # the scan's precompile of studio keeps the worker busy, so the copy's job is
+        # mostly cancelled queued (one cancelled running costs a worker's restart)
+        shutil.copy(shot, world / "personas" / "astro" / "dusk.mp4")
+        cancelled: list[str] = []
+        for _ in range(CANCELS):
+            job = next_watcher_job(client, server, "dusk", cancelled)
+            answer = client.delete(f"/v1/renders/{job['id']}")
+            assert answer.status_code == 200 and answer.json()["state"] == "cancelled", answer.text
+            cancelled.append(job["id"])
+        cmd = invocation(world / "personas", world / "cache", "sync")
+        synced = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert synced.returncode == 0, synced.stdout + synced.stderr + server.log_text()
+        want = {"dusk/loop": "hot", "studio/loop": "hot"}
+        assert wait_hot(client, want) == want, server.log_text()
+        retries = [
+            line
+            for line in server.log_text(None).splitlines()
+            if "job-retry" in line and "dusk.mp4" in line
+        ]
+        assert len(retries) == CANCELS and all("not a failed attempt" in r for r in retries), (
+            retries
+        )
