@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,6 +68,7 @@ def run_checks(settings: Settings) -> Iterator[Check]:
     yield cache_check(settings.cache)
     yield from backend_checks(settings.models, settings)
     yield from musetalk_checks(settings.models)
+    yield from data_checks()
 
 
 def _first(models: Path, alts: tuple[str, ...]) -> Path | None:
@@ -266,3 +269,94 @@ def cache_check(cache: Path) -> Check:
         f"{cache} ({'writable' if ok else 'not writable'})",
         "choose a writable --cache or HOTPLATE_CACHE",
     )
+
+
+# The data shipped inside hotplate: where it came from and under what licence (each
+# folder's SOURCES.md says it in full, with the sha256 of the file shipped and of every
+# source video), so a studio can see what its renders carry and how to replace it.
+CC_BY = "CC BY 4.0 https://creativecommons.org/licenses/by/4.0/legalcode"
+GRID_S1 = (
+    "GRID talker s1 via github TVR28/LipNet@7cdd534 (a copy with no licence of its own; "
+    "GRID's record not reachable, its licence known second-hand)"
+)
+LIKENESS_DOC = 'docs/using.md, "Whose mouths a render shows"'
+SHA_LINE = re.compile(r"^\s*([0-9a-f]{64})  (\S+)\s*$", re.MULTILINE)
+
+
+def recorded_sha256(sources: Path) -> dict[str, str]:
+    """file name -> the sha256 a SOURCES.md records for it (`<sha256>  <name>` lines)."""
+    try:
+        text = sources.read_text()
+    except OSError:
+        return {}
+    return {name: digest for digest, name in SHA_LINE.findall(text)}
+
+
+def sha256_of(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def as_recorded(path: Path) -> tuple[bool, str]:
+    """Whether a shipped file is the one its SOURCES.md records, and the words for it."""
+    sources = path.with_name("SOURCES.md")
+    got, want = sha256_of(path), recorded_sha256(sources).get(path.name)
+    if got is None:
+        return False, f"{path} missing"
+    if got != want:
+        return False, f"{path} (its sha256 is not the one {sources} records: changed or damaged)"
+    return True, f"{path} (sha256 as its SOURCES.md records)"
+
+
+def data_checks() -> Iterator[Check]:
+    """One row per data set shipped inside hotplate: the file a render reads, its source,
+    its licence and how to replace it. The mouth library warns while it is the shipped
+    one: a real man's mouths, composited onto other faces, which CC BY does not cover."""
+    from pipeline.mouth.ear import WEIGHTS
+    from pipeline.render.mouth.library import DATA, ENV, library_path
+
+    ok, where = as_recorded(WEIGHTS)
+    retrain = "python -m pipeline.mouth.ear train --data DIR (docs/using.md, the ear)"
+    yield Check(
+        "data ear",
+        ok,
+        f"{where}: speech-to-mouth weights, no picture; from {GRID_S1}; {CC_BY}; "
+        f"to replace: {retrain}",
+        f"reinstall hotplate, or if you retrained it, record its sha256 and sources in "
+        f"{WEIGHTS.with_name('SOURCES.md')}",
+        optional=True,
+    )
+    used = library_path()
+    own = f"python -m pipeline.render.mouth.library_build VIDEO ... --out FILE, then {ENV}=FILE"
+    if used is None:
+        yield Check(
+            "data mouth library",
+            True,
+            f"off ({ENV}=off): renders without a bank paint the mouth; the shipped one "
+            f"({GRID_S1}) is not read",
+            optional=True,
+        )
+    elif used.resolve() != DATA.resolve():
+        present = used.is_file()
+        yield Check(
+            "data mouth library",
+            present,
+            f"{used} ({ENV}; the shipped one is not read)"
+            if present
+            else f"{used} ({ENV}) missing: renders without a bank paint the mouth",
+            f"build it: {own} (or {ENV}=off: the painted mouth)",
+            optional=True,
+        )
+    else:
+        _, where = as_recorded(DATA)
+        yield Check(
+            "data mouth library",
+            False,
+            f"{where}: 32 real mouths of a real man, from {GRID_S1}; {CC_BY}, which covers "
+            f"the footage's copyright, not his likeness on other faces",
+            f"for renders you publish, use your own presenter's footage: {own} "
+            f"(or {ENV}=off: the painted mouth); {LIKENESS_DOC}",
+            optional=True,
+        )

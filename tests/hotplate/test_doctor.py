@@ -99,3 +99,28 @@ def test_each_extra_has_a_row_with_the_command_that_adds_it(tmp_path):
         "pip install 'hotplate[ray]'",
         "pip install 'hotplate[webrtc]'",
     ]
+
+
+def test_each_shipped_data_set_has_a_row_naming_its_source_licence_and_replacement(tmp_path):
+    """The ear and the mouth library (package data from GRID's talker s1): their rows
+    name the file, the source, the licence's URI and how to replace them; the library
+    warns while renders read the shipped one (a real man's mouths on other faces), and
+    is ok once HOTPLATE_MOUTH_LIBRARY turns it off."""
+    uri = "https://creativecommons.org/licenses/by/4.0/legalcode"
+    lines = doctor(tmp_path, tmp_path / "models").splitlines()
+    ear = next(line for line in lines if line.startswith(("ok    data ear:", "warn  data ear:")))
+    assert ear.startswith("ok    data ear:"), ear  # the shipped file, as SOURCES.md records
+    for words in ("ear.npz", "GRID talker s1", "TVR28/LipNet", uri, "python -m pipeline.mouth.ear"):
+        assert words in ear, (words, ear)
+    at = next(i for i, line in enumerate(lines) if "data mouth library:" in line)
+    row, fix = lines[at], lines[at + 1]
+    assert row.startswith("warn  data mouth library:"), row
+    for words in ("mouth_library.npz", "sha256 as its SOURCES.md records", "GRID talker s1"):
+        assert words in row, (words, row)
+    assert "TVR28/LipNet" in row and uri in row and "likeness" in row, row
+    assert fix.startswith("      fix:") and "HOTPLATE_MOUTH_LIBRARY=FILE" in fix, fix
+    assert "library_build" in fix and "Whose mouths a render shows" in fix, fix
+
+    lines = doctor(tmp_path, tmp_path / "models", {"HOTPLATE_MOUTH_LIBRARY": "off"}).splitlines()
+    row = next(line for line in lines if "data mouth library:" in line)
+    assert row.startswith("ok    data mouth library: off"), row
