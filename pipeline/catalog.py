@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,14 +128,69 @@ def bank_plan(store: Store | None, path: Path, recipe: Recipe, kind: str) -> Pla
     return plan(file_digest(store, path), for_speech(recipe) if kind == "speech" else recipe, True)
 
 
-def rooted_keys(store: Store | None, src: Source, recipe: Recipe) -> list[str]:
-    """What a source keeps from gc: its avatar (a speech clip has none) and, for a
-    video, its mouth bank (rooted whether or not it was built: an absent key costs
-    nothing)."""
-    keys = [] if src.kind == "speech" else [plan_for(store, src.path, recipe).avatar]
-    if src.kind != "still":
-        keys.append(bank_plan(store, src.path, recipe, src.kind).avatar)
-    return keys
+@dataclass(frozen=True)
+class Read:
+    """One record a render of a source reads: its avatar, or a mouth bank it may take."""
+
+    kind: str  # "avatar" or "bank"
+    path: Path  # the file the record is made from
+    plan: Plan
+
+    @property
+    def key(self) -> str:
+        return self.plan.avatar
+
+    @property
+    def named(self) -> dict[str, str]:
+        """The stages its record names (name -> key): a bank's names its bank stage alone
+        (its first stages are the clip's avatar's), so that is what a pull may write."""
+        return {"bank": self.plan.stages["bank"]} if self.kind == "bank" else self.plan.stages
+
+
+def render_reads(
+    store: Store | None, root: Path, src: Source, recipe: Recipe, avatar: bool = True
+) -> list[Read]:
+    """Every record a render of `src` may read, in the order a render chooses among its
+    banks (`persona_bank`): its avatar (a speech clip has none; `avatar=False` leaves it
+    out), then the banks of its persona's clips: the source's own, speech.mp4's, every
+    other loop's. The one answer to "what does this avatar need": push and pull carry
+    these records, a render pulls the banks among them from the tier (and so does the
+    Ray fleet's, through the same miss hook), gc roots them and a render leases the one it
+    takes. A bank absent from the store costs nothing: not every clip has one."""
+    reads = []
+    if avatar and src.kind != "speech":
+        reads.append(Read("avatar", src.path, plan_for(store, src.path, recipe)))
+    for kind, path in _bank_clips(root, src.persona, src.path if src.kind == "loop" else None):
+        try:
+            reads.append(Read("bank", path, bank_plan(store, path, recipe, kind)))
+        except OSError:  # a clip that vanished since it was listed has no bank to read
+            continue
+    if src.kind == "speech" and not any(r.path == src.path for r in reads):
+        reads.append(Read("bank", src.path, bank_plan(store, src.path, recipe, "speech")))
+    return reads
+
+
+def _bank_clips(root: Path, persona: str, rendered: Path | None) -> list[tuple[str, Path]]:
+    """(kind, clip) of each clip whose bank a render of `rendered` may take, best first:
+    the rendered loop's own (its mouths were shot in its light and pose), speech.mp4's,
+    then every other loop (by attire, then motion)."""
+    own = [] if rendered is None else [rendered]  # a named file's own, in a persona or not
+    try:
+        found = scan_persona(root, persona)
+    except (PersonaError, OSError):
+        return [("loop", p) for p in own]
+    loops = [p for a in sorted(found.loops) for _, p in sorted(found.loops[a].items())]
+    own = [p for p in loops if rendered is not None and p.resolve() == rendered.resolve()] or own
+    clips = [("loop", p) for p in own]
+    clips += [("speech", found.speech)] if found.speech is not None else []
+    clips += [("loop", p) for p in loops if p not in own]
+    return clips
+
+
+def rooted_keys(store: Store | None, root: Path, src: Source, recipe: Recipe) -> list[str]:
+    """What a source keeps from gc: every record a render of it reads (`render_reads`;
+    rooted whether or not it was built: an absent key costs nothing)."""
+    return [r.key for r in render_reads(store, root, src, recipe)]
 
 
 def bank_info(store: Store | None, key: str) -> dict | None:
@@ -175,29 +230,28 @@ def describe_bank(info: dict | None) -> str:
 
 
 def persona_bank(
-    store: Store, root: Path, persona: str, recipe: Recipe, rendered: Path | None = None
+    store: Store,
+    root: Path,
+    persona: str,
+    recipe: Recipe,
+    rendered: Path | None = None,
+    pull: Callable[[Read], object] | None = None,
 ) -> tuple[str, Path] | None:
-    """(key, clip) of the persona's mouth bank a render uses: the rendered loop's own
-    (`rendered`: its mouths were shot in its light and pose), else `speech.mp4`'s, else the
-    first loop (by attire, then motion) whose bank holds mouths; it must be hot (whole,
-    `pipeline.hot.hot_check`). None when the persona has none."""
+    """(key, clip) of the persona's mouth bank a render uses: the first of `render_reads`'
+    banks (the rendered loop's own, else `speech.mp4`'s, else the first loop's) that holds
+    mouths; it must be hot (whole, `pipeline.hot.hot_check`). `pull(read)`, when given, is
+    asked for each bank cold here before it is looked at (a render's ask of the blob tier).
+    None when the persona has none."""
     from pipeline.hot import hot_check
+    from pipeline.media import is_still
 
-    try:
-        found = scan_persona(root, persona)
-    except (PersonaError, OSError):
-        return None
-    loops = [p for a in sorted(found.loops) for _, p in sorted(found.loops[a].items())]
-    own = [p for p in loops if rendered is not None and p.resolve() == rendered.resolve()]
-    clips = [("loop", p) for p in own]
-    clips += [("speech", found.speech)] if found.speech is not None else []
-    clips += [("loop", p) for p in loops if p not in own]
-    for kind, path in clips:
-        try:
-            key = bank_plan(store, path, recipe, kind).avatar
-        except OSError:
-            continue
-        info = bank_info(store, key)
-        if info is not None and info["entries"] > 0 and not hot_check(store, key)[1]:
-            return key, path
+    loop = rendered is not None and not is_still(rendered)
+    src = Source(persona, "", "", rendered or Path(), "loop" if loop else "still")
+    for read in render_reads(store, root, src, recipe, avatar=False):
+        info = bank_info(store, read.key)
+        if info is None and pull is not None:
+            pull(read)
+            info = bank_info(store, read.key)
+        if info is not None and info["entries"] > 0 and not hot_check(store, read.key)[1]:
+            return read.key, read.path
     return None

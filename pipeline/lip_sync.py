@@ -144,7 +144,7 @@ def hot_avatar(
     # 2. lease the avatar (gc keeps it from here on), then hot or just in time
     planned = plan_for(store, found.path, recipe)
     with lease_avatar(store, planned.avatar) as lease:
-        avatar, jit, jit_seconds = planned.avatar, False, 0.0
+        avatar, jit, jit_seconds, pulled = planned.avatar, False, 0.0, False
         if (why := why_not_hot(store, planned.avatar)) is not None:
             if request.no_jit or store.readonly:
                 fix = "the store is read-only here" if store.readonly else "--no-jit was given"
@@ -168,13 +168,30 @@ def hot_avatar(
                 lease=lease,  # a changed file's new avatar is leased before it is built
             )
             avatar, jit, jit_seconds = report.avatar, True, time.perf_counter() - jit_start
+            pulled = report.pulled is not None
         elif not store.readonly:
             store.count("hits")
         bank = None
         if request.backend == "warp":  # its mouths from the presenter's footage, when hot
             from pipeline.catalog import persona_bank
 
-            got = persona_bank(store, personas, found.persona, recipe, found.path)
+            pull = None
+            if pulled:  # it came from the tier, and so may the banks its source's render read
+                from cachestore.remote.pull import pull_on_miss
+
+                def pull(read) -> None:
+                    if lease is not None:
+                        lease.extend([read.key])  # gc keeps what the pull writes
+                    pull_on_miss(
+                        store,
+                        read.key,
+                        read.named,
+                        on_wait,
+                        lambda stage, done, total: progress(f"jit {stage}", done, total),
+                        flight_wait,
+                    )
+
+            got = persona_bank(store, personas, found.persona, recipe, found.path, pull)
             if got is not None:
                 bank = got[0]
                 if lease is not None:

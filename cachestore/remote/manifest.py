@@ -1,6 +1,6 @@
 """An avatar's manifest on the blob tier: what a push writes and what a pull accepts.
 
-    {"body": {"hotplate": 1, "avatar": key, "record": the avatar record (without its
+    {"body": {"hotplate": 2, "avatar": key, "record": the avatar record (without its
               local times), "stages": {stage key: stage record}, "blobs": {xxh3: [sha256,
               size]}},
      "sha256": hex of the canonical body,
@@ -10,6 +10,18 @@ A pull trusts nothing in it that it has not checked: every field of every record
 type and a range here (`parse_manifest`), the avatar and its stage keys must be the ones
 the puller planned itself, and with a key the signature must match. Any mismatch is a
 damaged manifest (RemoteDamagedError naming the field): the caller builds locally.
+
+Every field a render reads is bound to content, with or without a key. A stage's meta
+(a bank's fps, drive_share, drive_cue, opening_gain, ...) is content of its own: a push
+uploads it as an object (`card`: the canonical {"stage": key, "meta": meta}, named by
+its SHA-256 like a blob) and a pull takes the manifest's meta only when it is what that
+object holds (`check_card`). The record's copies of its stages' fields are checked
+against them: an avatar's frames, size and fps against its decode stage and its frame
+count, a bank's fps, entries, reason, speech_share and sound_late against its bank
+stage, its entries against its crops here and against its arrays' rows once they are
+fetched (pull.py). So no field can change on the tier while every object it names
+still holds: a change of meta is a change of content, as forged frames are, which
+only `remote_key` keeps out.
 
 The fields mirror what `pipeline/precompile/run.py` writes (the avatar record) and
 `Store.put_stage` (the stage records); a new field there is refused here until it is
@@ -29,7 +41,8 @@ from typing import Any
 from cachestore.keys import canonical
 from cachestore.remote.tier import RemoteDamagedError, sha256
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: each stage's meta is bound to a card object
+MAX_CARD = 1 << 20  # bytes a stage's card may claim (its meta, as JSON)
 MAX_BLOB = 1 << 40  # bytes one blob may claim
 HEX32 = re.compile(r"[0-9a-f]{32}")
 HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -95,7 +108,21 @@ STAGE: dict[str, tuple[bool, Callable[[Any], bool]]] = {
     "meta": (True, lambda v: type(v) is dict and _json(v)),
     "created": (True, _number),
     "nbytes": (True, _int),
+    # [sha256, size] of the stage's card: its meta as an object of its own (`card_bytes`)
+    "card": (
+        True,
+        lambda v: (
+            type(v) is list
+            and len(v) == 2
+            and type(v[0]) is str
+            and bool(HEX64.fullmatch(v[0]))
+            and _int(v[1], 1, MAX_CARD)
+        ),
+    ),
 }
+# a bank record's copies of its bank stage's meta: field -> what a build writes when the
+# meta has none (pipeline/precompile/run.py::_build_bank)
+BANK_COPIES = {"entries": 0, "reason": "", "speech_share": 0.0, "sound_late": {}}
 
 
 def _fields(record: Any, schema: Mapping[str, tuple[bool, Callable]], where: str) -> None:
@@ -111,6 +138,46 @@ def _fields(record: Any, schema: Mapping[str, tuple[bool, Callable]], where: str
             continue
         if not check(record[name]):
             raise Bad(f"{where}.{name}")
+
+
+def card_bytes(stage_key: str, meta: Mapping[str, Any]) -> bytes:
+    """A stage's card: its meta, bound to its key, as the object a push uploads."""
+    return canonical({"stage": stage_key, "meta": meta})
+
+
+def check_card(data: Any, stage_key: str, rec: Mapping[str, Any], where: str) -> None:
+    """Raise RemoteDamagedError (naming `where`, the card's object) unless `data` is the
+    card the manifest's stage record `rec` names and holds the meta that record says."""
+    name, size = rec["card"]
+    why = None
+    if data is None:
+        why = "missing"
+    elif len(data) != size:
+        why = f"{len(data)} bytes, the manifest says {size}"
+    elif sha256(data) != name:
+        why = "SHA-256 does not match its name"
+    elif bytes(data) != card_bytes(stage_key, rec["meta"]):
+        held = _card_meta(data, stage_key)
+        changed = sorted(
+            k for k in set(held) | set(rec["meta"]) if held.get(k) != rec["meta"].get(k)
+        )
+        fields = ", ".join(f"meta.{k}" for k in changed) or "the card is another stage's"
+        why = f"the manifest's {fields} not what its card holds"
+    if why is not None:
+        raise RemoteDamagedError(
+            f"remote manifest of stage {rec['name']} does not match its card {where} ({why}); "
+            f"refused, building locally (a push from a good store mends it)"
+        )
+
+
+def _card_meta(data: Any, stage_key: str) -> dict[str, Any]:
+    """The meta a card of `stage_key` holds ({} when it holds another's, or no JSON)."""
+    try:
+        card = json.loads(bytes(data))
+    except (ValueError, RecursionError):
+        return {}
+    ok = type(card) is dict and card.get("stage") == stage_key and type(card.get("meta")) is dict
+    return card["meta"] if ok else {}
 
 
 def signature(body: Any, key: bytes) -> str:
@@ -214,4 +281,19 @@ def _check(outer: Any, avatar: str, stages: Mapping[str, str]) -> dict[str, Any]
                 raise Bad(f"stages.decode.meta.{field}")
         if len(frames) != record["frames"]:
             raise Bad("stages.decode.blobs (frame count)")
+    bank = records.get(stages.get("bank", ""))
+    if record.get("kind") == "bank" and bank is None:
+        raise Bad("record.kind (a bank names no bank stage)")
+    if bank is not None:  # what a render of its mouths reads: as its stage says
+        meta = bank["meta"]
+        if record.get("kind") != "bank":
+            raise Bad("record.kind (a bank stage in a record that is no bank)")
+        for field, default in BANK_COPIES.items():
+            if record.get(field, default) != meta.get(field, default):
+                raise Bad(f"record.{field} (not its bank stage's)")
+        entries = meta.get("entries", 0)
+        if entries and ("fps" not in meta or meta["fps"] != record["fps"]):
+            raise Bad("record.fps (not its bank stage's)")
+        if sum(n.startswith("crop/") for n in bank["blobs"]) != entries:
+            raise Bad("stages.bank.blobs (crop count is not its entries)")
     return body

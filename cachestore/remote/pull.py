@@ -2,14 +2,17 @@
 
 1. GET the avatar's manifest (`ac/`) and check every field of it (manifest.py): its own
    SHA-256, its signature when `remote_key` is set, and that it names exactly the stage
-   keys the puller planned itself;
+   keys the puller planned itself; then each stage's card (its meta, as an object of its
+   own), which must hold the meta the manifest says;
 2. GET each blob the store lacks (`cas/<sha256>`), a few at a time, and check it before
    it enters the store: its size, its SHA-256 (the remote's name), its xxh3-128 (the
    store's name) and its header. Blobs are written in batches of about BATCH_BYTES, and
    no more is downloaded while a batch waits: the bytes a pull holds are bounded;
-3. write the records in one write transaction: only this avatar's, under the planned
-   keys, and never over a record the store has already. The blobs it wrote are leased
-   until then (gc keeps leased blobs), so none can vanish before a record names it.
+3. check what the arrays decode to against the records (a bank's rows are its
+   entries), then write the records in one write transaction: only this avatar's, under
+   the planned keys, and never over a record the store has already. The blobs it wrote
+   are leased until then (gc keeps leased blobs), so none can vanish before a record
+   names it.
 
 A damaged, truncated or unsigned object is refused and named in one line; an
 unreachable or slow remote gives one line naming it. Either way the caller builds
@@ -35,7 +38,7 @@ import xxhash
 from cachestore import codec
 from cachestore.errors import MissingStageError, StoreError
 from cachestore.leases import Lease
-from cachestore.remote.manifest import parse_manifest
+from cachestore.remote.manifest import check_card, parse_manifest
 from cachestore.remote.push import PARALLEL, note_mend
 from cachestore.remote.tier import (
     Remote,
@@ -127,6 +130,7 @@ def pull_avatar(
     if data is None:
         return None
     body = parse_manifest(data, avatar, stages, where, key)
+    _check_cards(remote, body)
     blobs: dict[str, list] = body["blobs"]
     # leased before the store is looked at: gc keeps leased stages and blobs, and the
     # blobs written here are orphans until the records name them
@@ -186,10 +190,62 @@ def pull_avatar(
             for future in running:
                 future.cancel()
             raise
-        # 3. the records, in one transaction, while the blobs are still leased
+        # 3. the records, in one transaction, while the blobs are still leased: once the
+        # arrays they name are what the records say (a bank's rows are its entries)
+        _check_rows(store, body, stages, local, where)
         _put_records(store, body, stages, local, report.bytes)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _check_cards(remote: Remote, body: dict[str, Any]) -> None:
+    """Each stage's card (manifest.py): the manifest's meta of every stage must be what
+    its card object holds; raises RemoteDamagedError (its `path` the card's) otherwise."""
+
+    def one(stage_key: str) -> None:
+        rec = body["stages"][stage_key]
+        path = cas_path(rec["card"][0])
+        try:
+            check_card(remote.get(path), stage_key, rec, remote.where(path))
+        except RemoteDamagedError as exc:
+            raise RemoteDamagedError(str(exc), path=path) from None
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        for future in [pool.submit(one, k) for k in sorted(body["stages"])]:
+            future.result()
+
+
+# a bank stage's arrays of one row per entry (pipeline/mouth/bank.py)
+BANK_ROWS = ("shapes", "lips", "jaw", "frame_index")
+
+
+def _check_rows(
+    store: Store,
+    body: dict[str, Any],
+    stages: Mapping[str, str],
+    local: dict[str, Any],
+    where: str,
+) -> None:
+    """A bank stage about to be written holds as many rows as its meta's entries (what
+    the blobs decode to, against what the manifest says); RemoteDamagedError otherwise."""
+    key = stages.get("bank")
+    if key is None or local[key] is not None:
+        return
+    rec = body["stages"][key]
+    entries = rec["meta"].get("entries", 0)
+    with store.read() as r:
+        for name in BANK_ROWS:
+            digest = rec["blobs"].get(name)
+            if digest is None:
+                continue
+            value = r.txn.get(digest.encode(), db=store.dbs["blob"])
+            rows = () if value is None else codec.read_header(value).shape
+            if not rows or rows[0] != entries:
+                raise RemoteDamagedError(
+                    f"remote manifest {where} is damaged: its bank's {name} holds "
+                    f"{rows[0] if rows else 0} rows, its meta says {entries} entries; refused, "
+                    f"building locally (a push from a good store mends it)"
+                )
 
 
 def _lease(store: Store, keys: list[str]) -> contextlib.AbstractContextManager:

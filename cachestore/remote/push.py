@@ -35,7 +35,7 @@ from typing import Any
 from cachestore import codec
 from cachestore.errors import StoreError, StoreFullError
 from cachestore.leases import Lease
-from cachestore.remote.manifest import MANIFEST_VERSION, manifest_bytes
+from cachestore.remote.manifest import MANIFEST_VERSION, card_bytes, manifest_bytes
 from cachestore.remote.tier import (
     Remote,
     ac_path,
@@ -152,6 +152,7 @@ def push_avatar(
             on_leased()
         record, stages = _collect(store, avatar)
         report = _push_blobs(store, remote, avatar, stages, progress)
+        _push_cards(store, remote, stages)
         # the manifest, last: whoever finds it finds every blob it names
         body = {
             "hotplate": MANIFEST_VERSION,
@@ -168,6 +169,23 @@ def push_avatar(
         if report.mended:
             _change_mend(store, lambda found: found - report.mended)
     return report
+
+
+def _push_cards(store: Store, remote: Remote, stages: dict[str, dict]) -> None:
+    """Each stage's meta as an object of its own (manifest.py, `card_bytes`), named in its
+    stage record: what binds the meta to content on the tier."""
+    mend = set(store.read_value("meta", MEND) or [])
+
+    def one(key: str) -> None:
+        data = card_bytes(key, stages[key]["meta"])
+        path = cas_path(sha256(data))
+        if path in mend or remote.head(path) != len(data):
+            remote.put(path, data)
+        stages[key]["card"] = [path[4:], len(data)]
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        for future in [pool.submit(one, k) for k in sorted(stages)]:
+            future.result()
 
 
 def _push_blobs(

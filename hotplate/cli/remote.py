@@ -57,24 +57,42 @@ def _remote(settings: Settings, url: str | None):
 
 
 def _sources(settings: Settings, paths: tuple[Path, ...], personas: tuple[str, ...]):
-    """(persona or None, path) for the named files, else the named personas' files, else
-    every file of the personas folder. A persona's speech.mp4 is not one: it has no
-    avatar, only a mouth bank, which push and pull do not carry (the watcher builds it)."""
-    from pipeline.catalog import iter_sources
+    """The named files (persona "" unless the personas folder holds them), else the named
+    personas' files, else every file of the personas folder, speech.mp4 included (its
+    mouth bank is what a render of its persona reads)."""
+    from pipeline.catalog import Source, iter_sources
+    from pipeline.media import is_still
+    from pipeline.personas import is_speech
 
     if paths:
-        return [(None, p) for p in paths]
-    found = [
-        (s.persona, s.path)
-        for s in iter_sources(settings.personas)
-        if (not personas or s.persona in personas) and s.kind != "speech"
-    ]
-    missing = set(personas) - {p for p, _ in found}
+        known = {s.path.resolve(): s for s in iter_sources(settings.personas)}
+        kind = lambda p: "still" if is_still(p) else "speech" if is_speech(p) else "loop"  # noqa: E731
+        return [known.get(p.resolve()) or Source("", "", "", p, kind(p)) for p in paths]
+    found = [s for s in iter_sources(settings.personas) if not personas or s.persona in personas]
+    missing = set(personas) - {s.persona for s in found}
     if missing:
         raise click.UsageError(
             f"no files for persona {', '.join(sorted(missing))} in {settings.personas}"
         )
     return found
+
+
+def _reads(settings: Settings, store, sources):
+    """Every record a render of the sources reads (`render_reads`), each once, under the
+    recipe a render of each uses."""
+    from pipeline.catalog import recipe_for, render_reads
+
+    seen: set[str] = set()
+    for src in sources:
+        recipe = (
+            recipe_for(settings.personas, src.persona, settings.recipe)
+            if src.persona
+            else settings.recipe
+        )
+        for read in render_reads(store, settings.personas, src, recipe):
+            if read.key not in seen:
+                seen.add(read.key)
+                yield read
 
 
 @click.command()
@@ -85,24 +103,34 @@ def _sources(settings: Settings, paths: tuple[Path, ...], personas: tuple[str, .
 def push(
     ctx: click.Context, paths: tuple[Path, ...], personas_named: tuple[str, ...], remote: str | None
 ) -> None:
-    """Upload hot avatars to the blob tier: blobs first, then manifests.
+    """Upload hot avatars, and the mouth banks their renders read, to the blob tier: blobs
+    first, then manifests.
 
-    With no PATHS and no --persona, every avatar in the store."""
+    With no PATHS and no --persona, every avatar and bank in the store."""
     from cachestore.hashcache import file_digest
     from cachestore.remote.push import push_avatar
 
     settings = settings_of(ctx)
     tier = _remote(settings, remote)
     store = open_cache(settings, fallback_readonly=True)
-    # mouth banks stay out: a build pushes its own bank, and `pull` fetches avatars only
-    avatars = {k: a for k, a in store.items("avatar") if a.get("kind") != "bank"}
+    records = dict(store.items("avatar"))
     if paths or personas_named:
-        digests = {file_digest(None, p) for _, p in _sources(settings, paths, personas_named)}
-        avatars = {k: a for k, a in avatars.items() if a.get("source_digest") in digests}
-    if not avatars:
+        sources = _sources(settings, paths, personas_named)
+        # what a render of them reads under the current recipe, and their avatars under
+        # any other recipe this store holds
+        wanted = {read.key for read in _reads(settings, store, sources)}
+        digests = {file_digest(None, s.path) for s in sources if s.kind != "speech"}
+        records = {
+            k: r
+            for k, r in records.items()
+            if k in wanted or (r.get("kind") != "bank" and r.get("source_digest") in digests)
+        }
+    records = {k: r for k, r in records.items() if store.get_avatar(k) is not None}
+    if not any(r.get("kind") != "bank" for r in records.values()):
         raise click.ClickException(f"nothing hot to push in {settings.cache}")
     sent = 0
-    for key, record in sorted(avatars.items()):
+    for key, record in sorted(records.items(), key=lambda kv: (kv[1].get("kind") == "bank", kv[0])):
+        what = "mouth bank" if record.get("kind") == "bank" else "avatar"
         bar = Bytes(f"push {key[:12]}")
         try:
             report = push_avatar(store, tier, key, bar)
@@ -110,10 +138,15 @@ def push(
             bar.close()
         sent += report.bytes_sent
         click.echo(
-            f"pushed {key[:16]} ({Path(record.get('source', '?')).name}): {report.sent} of "
-            f"{report.blobs} blobs sent, {human_bytes(report.bytes_sent)} in {report.seconds:.2f} s"
+            f"pushed {what} {key[:16]} ({Path(record.get('source', '?')).name}): {report.sent} "
+            f"of {report.blobs} blobs sent, {human_bytes(report.bytes_sent)} in "
+            f"{report.seconds:.2f} s"
         )
-    click.echo(f"{len(avatars)} avatars on {tier.url}, {human_bytes(sent)} sent")
+    banks = sum(r.get("kind") == "bank" for r in records.values())
+    click.echo(
+        f"{len(records) - banks} avatars on {tier.url} with {banks} mouth banks, "
+        f"{human_bytes(sent)} sent"
+    )
 
 
 @click.command()
@@ -124,46 +157,45 @@ def push(
 def pull(
     ctx: click.Context, paths: tuple[Path, ...], personas_named: tuple[str, ...], remote: str | None
 ) -> None:
-    """Download the avatars the personas folder needs (or the named files' or personas')
-    from the blob tier; what is hot here already is skipped. Exits 1 when some were not
-    on the tier or were refused as damaged."""
+    """Download the avatars the personas folder needs (or the named files' or personas'),
+    and the mouth banks their renders read, from the blob tier; what is hot here already is
+    skipped. Exits 1 when an avatar was not on the tier or anything was refused as damaged
+    (a bank the tier lacks is no failure: not every clip has one)."""
     from cachestore.remote.pull import pull_avatar
     from cachestore.remote.tier import RemoteDamagedError
-    from pipeline.catalog import plan_for, recipe_for
     from pipeline.hot import why_not_hot
 
     settings = settings_of(ctx)
     tier = _remote(settings, remote)
     store = open_cache(settings)
-    got = hot = 0
+    got = banks = hot = 0
     missing: list[str] = []
-    for persona, path in _sources(settings, paths, personas_named):
-        recipe = (
-            settings.recipe
-            if persona is None
-            else recipe_for(settings.personas, persona, settings.recipe)
-        )
-        planned = plan_for(store, path, recipe)
-        key = planned.avatar
-        if why_not_hot(store, key) is None:
-            hot += 1
+    for read in _reads(settings, store, _sources(settings, paths, personas_named)):
+        if why_not_hot(store, read.key) is None:
+            hot += read.kind == "avatar"
             continue
-        bar = Bytes(f"pull {path.name}")
+        what = f"{read.path}" if read.kind == "avatar" else f"{read.path} (mouth bank)"
+        bar = Bytes(f"pull {read.path.name}")
         try:
-            report = pull_avatar(store, tier, key, planned.stages, bar)
+            report = pull_avatar(store, tier, read.key, read.named, bar)
         except RemoteDamagedError as exc:
-            click.echo(f"refused {path}: {exc}", err=True)
-            missing.append(str(path))
+            click.echo(f"refused {what}: {exc}", err=True)
+            missing.append(what)
             continue
         finally:
             bar.close()
         if report is None:
-            click.echo(f"not on the tier: {path} (avatar {key[:16]})", err=True)
-            missing.append(str(path))
+            if read.kind == "avatar":
+                click.echo(f"not on the tier: {what} (avatar {read.key[:16]})", err=True)
+                missing.append(what)
             continue
-        got += 1
-        click.echo(f"{path}: {report.line()}")
-    click.echo(f"{got} pulled, {hot} hot already, {len(missing)} not pulled from {tier.url}")
+        got += read.kind == "avatar"
+        banks += read.kind == "bank"
+        click.echo(f"{what}: {report.line()}")
+    click.echo(
+        f"{got} pulled, {hot} hot already, {banks} mouth banks pulled, {len(missing)} not "
+        f"pulled from {tier.url}"
+    )
     if missing:
         sys.exit(1)
 

@@ -356,7 +356,7 @@ def gc(
         try:
             for recipe in recipes:
                 persona_recipe = recipe_for(settings.personas, src.persona, recipe)
-                roots.update(rooted_keys(store, src, persona_recipe))  # avatar, mouth bank
+                roots.update(rooted_keys(store, settings.personas, src, persona_recipe))
         except OSError as exc:  # a file vanished mid-scan: it roots nothing
             click.echo(f"skipping {src.path}: {exc}", err=True)
     hours = settings.grace_hours if grace is None else grace

@@ -663,35 +663,5 @@ def test_a_pull_holds_a_batch_of_blobs_not_the_whole_avatar(world, tier):
     assert facts["rise"] < 24 << 20, facts
 
 
-@pytest.mark.slow
-def test_a_talking_loops_mouth_bank_is_pulled_not_rebuilt(tier, tmp_path):
-    """A bank's record carries fields an avatar's has not (kind, entries, reason,
-    speech_share): the manifest's schema must take them, or every bank a build pushes is
-    refused as damaged by every puller and built again."""
-    from pipeline.catalog import bank_info, bank_plan
-    from pipeline.precompile.run import precompile_source
-    from testkit import faces
-    from testkit.mouth_fixtures import espeak, talking_clip
-
-    face = faces.samples(("grace_hopper",), ("upright",))[0].image
-    wav = espeak("Peter Piper picked a peck of pickled peppers.", tmp_path / "speech.wav")
-    clip = talking_clip(face, wav, tmp_path / "talk.mp4")
-    recipe = Recipe(max_frames=0)
-    built = open_store(tmp_path / "built")
-    precompile_source(clip, recipe, built)
-    bank = bank_plan(built, clip, recipe, "loop").avatar
-    remote = open_remote(tier.url)
-    for key, _ in built.items("avatar"):  # the clip's avatar and its bank, as builds push
-        push_avatar(built, remote, key)
-    want = bank_info(built, bank)
-    assert want is not None and want["entries"] > 0
-
-    attach(tmp_path / "fresh", tier.url)
-    fresh = open_store(tmp_path / "fresh")
-    loop, bank_report = precompile_source(clip, recipe, fresh)
-    assert loop.pulled is not None
-    assert bank_report is not None and bank_report.pulled is not None  # not built again
-    assert bank_info(fresh, bank) == want
-    assert verify(fresh)[1] == []
-    forget_store(tmp_path / "built")
-    forget_store(tmp_path / "fresh")
+# A talking loop's mouth bank over the tier, through `hotplate push`, `pull` and `render`:
+# tests/cachestore/test_remote_banks.py.
