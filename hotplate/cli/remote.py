@@ -130,7 +130,7 @@ def push(
         raise click.ClickException(f"nothing hot to push in {settings.cache}")
     sent = 0
     for key, record in sorted(records.items(), key=lambda kv: (kv[1].get("kind") == "bank", kv[0])):
-        what = "mouth bank" if record.get("kind") == "bank" else "avatar"
+        what = "mouth bank " if record.get("kind") == "bank" else ""
         bar = Bytes(f"push {key[:12]}")
         try:
             report = push_avatar(store, tier, key, bar)
@@ -138,7 +138,7 @@ def push(
             bar.close()
         sent += report.bytes_sent
         click.echo(
-            f"pushed {what} {key[:16]} ({Path(record.get('source', '?')).name}): {report.sent} "
+            f"pushed {what}{key[:16]} ({Path(record.get('source', '?')).name}): {report.sent} "
             f"of {report.blobs} blobs sent, {human_bytes(report.bytes_sent)} in "
             f"{report.seconds:.2f} s"
         )
