@@ -21,7 +21,13 @@ channel in. It runs in the render worker that holds the session (talk.py).
   that second and then none for the 68 frames (2.7 s) it had run ahead, picture and
   sound frozen.
 - `AvatarVideoTrack` / `AvatarAudioTrack`: aiortc's tracks fed by the pump (video at
-  90 kHz, audio 20 ms frames of 48 kHz mono).
+  90 kHz, audio 20 ms frames of 48 kHz mono). What the pump hands them waits in a
+  queue of each: the pictures' keeps the newest VIDEO_QUEUE, the sound's the newest
+  AUDIO_QUEUE (1 s), and a peer whose answer sends no sound (a video-only offer, or
+  audio the player only sends) gets none queued at all: nothing would ever read it,
+  and 400 MB of it an hour piled up. Dropping the oldest, not refusing the newest,
+  keeps the sound on the pump's clock, as the pictures are: what is dropped was due a
+  second ago, and a receiver conceals the gap its timestamps show.
 - `answer(offer)`: the peer connection for a WHEP offer (recvonly, or sendrecv audio
   with the microphone), its tracks added, the answer with every host candidate in it
   (the server does not trickle: WHEP players and the page take one answer; a player may
@@ -53,6 +59,7 @@ VIDEO_CLOCK = 90000
 AUDIO_RATE = 48000
 AUDIO_CHUNK = 960  # samples per audio frame sent (20 ms, Opus's frame)
 VIDEO_QUEUE = 3  # pictures a track holds when its reader is slow; older ones are dropped
+AUDIO_QUEUE = 50  # 20 ms pieces of sound (1 s) queued at most; older ones are dropped
 CONSENT_INTERVAL = 1.0  # s between consent checks (aioice's default: 5)
 CONSENT_FAILURES = 4  # failed checks before the peer counts as gone
 CATCH_UP = 0.5  # s: a pump this far behind its clock resumes from now, not in a burst
@@ -85,6 +92,9 @@ class PumpStats:
     speaking: int = 0
     late: int = 0  # frames rendered more than one frame period after they were due
     dropped: int = 0  # pictures a slow track never took
+    audio_dropped: int = 0  # 20 ms pieces of sound a slow track never took
+    audio_peak: int = 0  # the most pieces of sound ever queued at once
+    cuts: int = 0  # frames rendered at an interrupt, ahead of the clock
     stalls: int = 0  # times the pump fell CATCH_UP s behind and resumed from now
     render_seconds: float = 0.0
     first_frame: float | None = None  # monotonic time the first frame was handed over
@@ -132,6 +142,8 @@ class FramePump:
         self.stats = PumpStats()
         self.video: asyncio.Queue = asyncio.Queue()
         self.audio: asyncio.Queue = asyncio.Queue()
+        # the sound is queued only for a track that sends it (audio_track, `answer`)
+        self.send_audio = False
         self.stop_event = threading.Event()
         self.wake = threading.Event()  # an interrupt or a stop: the pump waits no longer
         self.failed: BaseException | None = None
@@ -196,6 +208,7 @@ class FramePump:
             s = self.stats
             s.render_seconds += done - began
             s.frames += 1
+            s.cuts += early
             s.speaking += frame.speaking
             if done - due > period:
                 s.late += 1
@@ -220,9 +233,13 @@ class FramePump:
             self.stats.dropped += 1
         self.video.put_nowait(picture)
         spf = self.conv.samples_per_frame
-        for at in range(0, spf, AUDIO_CHUNK):  # in order; each sent at its own time
+        for at in range(0, spf if self.send_audio else 0, AUDIO_CHUNK):  # each at its time
+            while self.audio.qsize() >= AUDIO_QUEUE:
+                self.audio.get_nowait()
+                self.stats.audio_dropped += 1
             chunk = frame.audio[at : at + AUDIO_CHUNK]
             self.audio.put_nowait((t * spf + at, chunk, due + AUDIO_LEAD + at / AUDIO_RATE, began))
+        self.stats.audio_peak = max(self.stats.audio_peak, self.audio.qsize())
         if frame.speaking and frame.speech_onset is not None:
             onsets = self.stats.onsets
             if not onsets or onsets[-1][0] != frame.speech_onset:
@@ -241,7 +258,10 @@ def video_track(pump: FramePump):
 
 
 def audio_track(pump: FramePump):
+    """The pump's sound as aiortc's track; from here on the pump queues it."""
     import av
+
+    pump.send_audio = True
 
     class AvatarAudioTrack(_tracks_base()):
         kind = "audio"
@@ -302,6 +322,22 @@ async def feed_microphone(track, conv) -> None:
         conv.push_speech(data, frame.sample_rate, channels)
 
 
+def check_offered_candidates(sdp: str) -> None:
+    """ValueError (one line) for an offer with more than MAX_CANDIDATES candidates, or
+    one naming an address no peer is at: ICE would check each (trickle.py)."""
+    from hotplate.serve.trickle import MAX_CANDIDATES, unreachable
+
+    lines = [x.strip() for x in sdp.splitlines() if x.startswith("a=candidate:")]
+    if len(lines) > MAX_CANDIDATES:
+        raise ValueError(
+            f"the offer names {len(lines)} ICE candidates, over the {MAX_CANDIDATES} a peer takes"
+        )
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4 and (why := unreachable(fields[4])) is not None:
+            raise ValueError(f"{line[:80]} names {why}: ICE checks no such address")
+
+
 @dataclass
 class Peer:
     pc: object
@@ -322,6 +358,7 @@ async def answer(
 
     if not isinstance(offer_sdp, str) or not offer_sdp.lstrip().startswith("v=0"):
         raise ValueError("the offer is not an SDP description (it must start with v=0)")
+    check_offered_candidates(offer_sdp)
     loop = asyncio.get_running_loop()
     # a list, even empty: aiortc's default (None) asks a public STUN server
     config = RTCConfiguration(iceServers=[RTCIceServer(**server) for server in ice_servers])
@@ -366,6 +403,11 @@ async def answer(
         if "audio" in kinds:
             pc.addTrack(audio_track(pump))
         await pc.setLocalDescription(await pc.createAnswer())
+        # the answer says whether our sound is sent (an offer's audio may be sendonly)
+        pump.send_audio = any(
+            t.kind == "audio" and t.currentDirection in ("sendrecv", "sendonly")
+            for t in pc.getTransceivers()
+        )
         turn = [s["urls"] for s in ice_servers if "credential" in s]
         if turn and " typ relay" not in pc.localDescription.sdp:
             # aioice leaves a relay candidate out without a word when the server refuses;

@@ -3,7 +3,7 @@ avatar in a `Conversation` (pipeline/render/conversation.py), sent over one WebR
 connection (rtc.py), steered by the server over a control socket (talk_wire.py).
 
 The session holds its worker and its avatar's lease (`hot_avatar`, as every render
-does; a switch leases the new avatar too) from the start to its end, which is the
+does) from the start to its end, which is the
 first of: the server's hangup (DELETE of the session or of its WHEP resource), the
 peer failing or closing (ICE consent lost: a peer that vanished), no ICE connection
 ICE_TIMEOUT s after the answer, a malformed offer, no control connection within
@@ -11,6 +11,18 @@ CONNECT_TIMEOUT s or no offer within OFFER_TIMEOUT s of the start, the session l
 the control channel closing (the server went away), or the render failing. The job
 then returns (the worker is free, the lease released) and the server logs one line
 with the reason the worker sent in its last message.
+
+What a session holds is bounded, whatever a client sends:
+- one peer: a second offer is refused (409) from the moment the first is taken, before
+  its answer is made (two offers at once would give one conversation two pumps);
+- leases: a switch leases the new avatar and releases the one it leaves once a frame
+  of the new one is out (the old one is read until then); switches run one at a time,
+  so a session holds two leases at most, and one when no switch is pending;
+- speech: what would queue past the conversation's MAX_QUEUE_SECONDS (120 s) is
+  refused, with an event that says so ({"event": "refused", "error", "status": 429});
+  the session and its control channel go on;
+- trickled candidates: MAX_CANDIDATES per peer, each naming an address ICE may check
+  (trickle.py); queued sound and pictures: rtc.py.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ from typing import Any
 
 from hotplate.serve import talk_wire as wire
 from hotplate.serve.trickle import (
+    MAX_CANDIDATES,
     TrickleError,
     add_candidates,
     remote_candidate_types,
@@ -38,6 +51,7 @@ CONNECT_TIMEOUT = 15.0  # s from ready: the server connects to the control socke
 OFFER_TIMEOUT = float(os.environ.get("HOTPLATE_SESSION_OFFER_TIMEOUT", "60"))
 # s from the answer: a peer that never completes ICE ends the session
 ICE_TIMEOUT = float(os.environ.get("HOTPLATE_SESSION_ICE_TIMEOUT", "10"))
+LEASE_CHECK = 0.2  # s between looks at whether a switch's old avatar still plays
 
 
 def run_talk_job(
@@ -51,7 +65,8 @@ def run_talk_job(
 
     personas, backend = Path(settings["personas"]), fields["backend"]
 
-    def hot(leases: ExitStack, persona: str, attire: str, motion: str | None):
+    def hot(persona: str, attire: str, motion: str | None) -> tuple[Any, Any, ExitStack]:
+        """The avatar hot and leased: (HotAvatar, its assets, the lease to close)."""
         request = LipSyncRequest(
             persona, attire, Path(os.devnull), Path(os.devnull), motion, backend=backend
         )
@@ -64,11 +79,18 @@ def run_talk_job(
             settings["flight_wait"],
             on_jit=progress.jit,
         )
-        found = leases.enter_context(steps)
-        return found, found.assets(store)
+        with ExitStack() as lease:
+            found = lease.enter_context(steps)
+            assets = found.assets(store)
+            return found, assets, lease.pop_all()
+
+    def switched(persona: str, attire: str, motion: str | None) -> tuple[Any, ExitStack]:
+        _, assets, lease = hot(persona, attire, motion)
+        return assets, lease
 
     with ExitStack() as leases:
-        first, assets = hot(leases, fields["persona"], fields["attire"], fields.get("motion"))
+        first, assets, lease = hot(fields["persona"], fields["attire"], fields.get("motion"))
+        leases.enter_context(lease)
         rtc.configure_ice(fields.get("ice_addresses") or None)
         rtc.configure_bitrate(fields.get("profile") or "preview")
         conv = Conversation(
@@ -80,7 +102,9 @@ def run_talk_job(
             vae=first.recipe.vae or None,
         )
         with conv:
-            session = TalkSession(conv, fields, lambda *names: hot(leases, *names)[1], status_for)
+            session = TalkSession(conv, fields, switched, status_for)
+            session.held.append((assets, lease))
+            leases.callback(session.release_leases)
             # no done/total: admission estimates a session's length from finished ones
             result = asyncio.run(session.run(lambda: progress("talk ready", 0, 0)))
     result["avatar"] = first.avatar
@@ -104,6 +128,13 @@ class TalkSession:
         self.speech_seconds = 0.0
         self.offered: float | None = None  # monotonic time of the offer
         self.trickled = 0  # candidates the player sent after its offer (PATCH)
+        self.claimed = False  # an offer took the session's one peer (module doc)
+        self.refused = 0.0  # s of speech refused: the queue was full
+        self.refusal: str | None = None  # why, the last time
+        self.switching = asyncio.Lock()
+        # (assets, their lease) the conversation plays or will: the first, then each switch
+        self.held: list[tuple[Any, ExitStack]] = []
+        self.releasing: asyncio.Task | None = None
         self.tasks: set[asyncio.Task] = set()
 
     def end(self, why: str) -> None:
@@ -155,9 +186,13 @@ class TalkSession:
             "fps": self.conv.fps,
             "width": self.conv.width,
             "height": self.conv.height,
+            "leases": len(self.held),
+            "refused_speech_seconds": round(self.refused, 3),
         }
+        if self.refusal is not None:
+            out["refused_speech"] = self.refusal
         if self.peer is not None:
-            s = self.peer.pump.stats
+            s, pump = self.peer.pump.stats, self.peer.pump
             out.update(
                 frames=s.frames,
                 speaking_frames=s.speaking,
@@ -165,6 +200,11 @@ class TalkSession:
                 dropped_frames=s.dropped,
                 stalls=s.stalls,
                 render_seconds=round(s.render_seconds, 3),
+                # the tracks' queues (rtc.py bounds them): now, and the most ever
+                queued_video_frames=pump.video.qsize(),
+                queued_audio_frames=pump.audio.qsize(),
+                queued_audio_peak=s.audio_peak,
+                dropped_audio_frames=s.audio_dropped,
             )
             if s.first_frame is not None and self.offered is not None:
                 out["first_frame_seconds"] = round(s.first_frame - self.offered, 4)
@@ -218,11 +258,27 @@ class TalkSession:
                 return
             kind, body = got
             if kind == wire.PCM:
-                rate, channels, pcm = body
-                self.conv.push_speech(pcm, rate, channels)
-                self.speech_seconds += len(pcm) / (2 * channels * rate)
+                await self._speech(*body)
                 continue
             await self._operation(body)
+
+    async def _speech(self, rate: int, channels: int, pcm: bytes) -> None:
+        """Queue the PCM; past MAX_QUEUE_SECONDS it is refused, and the server told."""
+        seconds = len(pcm) / (2 * channels * rate) if rate and channels else 0.0
+        try:
+            self.conv.push_speech(pcm, rate, channels)
+        except ValueError as exc:  # the queue is full: this piece is dropped, said once
+            self.refused += seconds
+            self.refusal = (
+                f"{seconds:.2f} s of speech refused: {exc} (it is rendered slower than it "
+                "comes; wait for the avatar to catch up, or interrupt)"
+            )
+            if self.writer is not None:
+                with contextlib.suppress(ConnectionError):
+                    event = {"event": "refused", "error": self.refusal, "status": 429}
+                    await wire.send_json(self.writer, event)
+            return
+        self.speech_seconds += seconds
 
     async def _operation(self, msg: dict) -> None:
         op = msg.get("op")
@@ -271,7 +327,7 @@ class TalkSession:
     async def _offer(self, msg: dict) -> None:
         from hotplate.serve import rtc
 
-        if self.peer is not None:
+        if self.claimed:  # claimed before the answer is awaited: two offers get one peer
             await self._reply(
                 msg,
                 {
@@ -280,6 +336,7 @@ class TalkSession:
                 },
             )
             return
+        self.claimed = True
         self.offered = time.monotonic()
         try:
             peer, sdp = await rtc.answer(
@@ -302,7 +359,8 @@ class TalkSession:
             await self._reply(msg, {"error": error, "status": 409})
             return
         try:
-            added = await add_candidates(self.peer.pc, str(msg.get("sdpfrag") or ""))
+            room = MAX_CANDIDATES - self.trickled
+            added = await add_candidates(self.peer.pc, str(msg.get("sdpfrag") or ""), room)
         except TrickleError as exc:
             await self._reply(msg, {"error": str(exc), "status": exc.status})
             return
@@ -327,12 +385,42 @@ class TalkSession:
     async def _switch(self, msg: dict) -> None:
         from watcher.process import one_line
 
-        try:
-            assets = await asyncio.to_thread(
-                self.hot, msg.get("persona"), msg.get("attire"), msg.get("motion")
-            )
-            self.conv.switch(assets)
-        except Exception as exc:  # noqa: BLE001 - the caller is told, the session goes on
-            await self._reply(msg, {"error": one_line(exc), "status": self.status_for(exc)})
-            return
+        async with self.switching:  # one at a time: the last asked is the one played
+            try:
+                assets, lease = await asyncio.to_thread(
+                    self.hot, msg.get("persona"), msg.get("attire"), msg.get("motion")
+                )
+            except Exception as exc:  # noqa: BLE001 - the caller is told, the session goes on
+                await self._reply(msg, {"error": one_line(exc), "status": self.status_for(exc)})
+                return
+            try:
+                self.conv.switch(assets)
+            except Exception as exc:  # noqa: BLE001 - the same
+                lease.close()
+                await self._reply(msg, {"error": one_line(exc), "status": self.status_for(exc)})
+                return
+            self.held.append((assets, lease))
+            self.release_leases(keep=True)
+            if len(self.held) > 1 and (self.releasing is None or self.releasing.done()):
+                self.releasing = self._spawn(self._release_when_left())
         await self._reply(msg, {})
+
+    def release_leases(self, keep: bool = False) -> None:
+        """Release the leases of the assets the conversation has left: all but the last
+        switched to and the one it plays (its old ones are read until a frame of the new
+        ones comes out); without `keep`, every lease (the session's end)."""
+        wanted = (self.held[-1][0], self.conv.playing) if keep and self.held else ()
+        kept = []
+        for assets, lease in self.held:  # by identity: assets hold arrays (no ==)
+            if any(assets is w for w in wanted):
+                kept.append((assets, lease))
+            else:
+                lease.close()
+        self.held = kept
+
+    async def _release_when_left(self) -> None:
+        """Release the old assets' lease once the conversation plays the new ones: from
+        its next loop point on (never while no peer has started its frames)."""
+        while len(self.held) > 1:
+            await asyncio.sleep(LEASE_CHECK)
+            self.release_leases(keep=True)

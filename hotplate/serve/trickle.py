@@ -12,14 +12,22 @@ fragment, `application/trickle-ice-sdpfrag`, RFC 8840):
 The answer still carries every server candidate (rtc.py): only the player trickles.
 An ICE restart (new credentials, or `If-Match: *`) is not supported: 422, as WHIP says
 for a server that trickles but does not restart; the player makes a new session.
+
+ICE sends a check to every address a candidate names, so a peer takes MAX_CANDIDATES
+trickled candidates at most (a browser gathers a handful), and none that names an
+address no peer can be reached at: unspecified (0.0.0.0, ::), multicast, or the
+broadcast address. Which of loopback, private and public addresses a player offers is
+its own business. Either refusal is a 400 that adds none of the fragment's candidates.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 MEDIA_TYPE = "application/trickle-ice-sdpfrag"
 NO_RESTART = "ICE restarts are not supported: end this session and start another"
+MAX_CANDIDATES = 64  # trickled candidates a peer takes in all (talk.py counts them)
 
 
 class TrickleError(ValueError):
@@ -74,10 +82,11 @@ def offered_ufrag(sdp: str) -> str | None:
     return None
 
 
-async def add_candidates(pc, text: str) -> int:
+async def add_candidates(pc, text: str, room: int = MAX_CANDIDATES) -> int:
     """Give the fragment's candidates (and its end) to `pc`, whose remote description is
     the offer; the number of candidates added. TrickleError: 422 for an ICE restart,
-    400 for a fragment or candidate that does not parse."""
+    400 for a fragment or candidate that does not parse, names an address no peer is
+    at (`unreachable`), or is one more than the `room` this peer has left."""
     from aiortc.sdp import candidate_from_sdp
 
     frag = parse_fragment(text)
@@ -94,8 +103,15 @@ async def add_candidates(pc, text: str) -> int:
                 f"a=candidate:{value[:80]} is not an ICE candidate (RFC 8839: foundation, "
                 "component, transport, priority, address, port, typ and a type)"
             ) from None
+        if (why := unreachable(candidate.ip)) is not None:
+            raise TrickleError(f"a=candidate:{value[:80]} names {why}: ICE checks no such address")
         candidate.sdpMid = mid
         added.append(candidate)
+    if len(added) > room:
+        raise TrickleError(
+            f"this peer takes {MAX_CANDIDATES} trickled candidates in all and has room for "
+            f"{max(room, 0)}, not {len(added)}: send fewer (a browser gathers a handful)"
+        )
     ended = _ended(offer.sdp)
     if added and ended:
         raise TrickleError("this peer's end-of-candidates came already: it takes no more")
@@ -104,6 +120,23 @@ async def add_candidates(pc, text: str) -> int:
     if frag.end and not ended:
         await pc.addIceCandidate(None)
     return len(added)
+
+
+def unreachable(address: str) -> str | None:
+    """What kind of address `address` is where no peer can be reached at it (unspecified,
+    multicast, broadcast), or None: any other address, or a name (an mDNS .local name
+    is looked up by aioice)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return None
+    if ip.is_unspecified:
+        return f"the unspecified address {address}"
+    if ip.is_multicast:
+        return f"the multicast address {address}"
+    if ip == ipaddress.IPv4Address("255.255.255.255"):
+        return f"the broadcast address {address}"
+    return None
 
 
 def _ended(sdp: str) -> bool:

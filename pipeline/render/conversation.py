@@ -203,6 +203,9 @@ class Conversation:
         self._listen()
         self._t = 0
         self._assets = assets
+        # the assets of the last frame rendered: a switch's old ones are read until a
+        # frame of the new ones comes out (what a caller's lease on them must cover)
+        self.playing = assets
         self._pending = None  # assets to switch to at the next loop point
         self._stop = threading.Event()
         self._errors: list[BaseException] = []
@@ -286,6 +289,7 @@ class Conversation:
         n_window = len(self._history) + self.look
         item = self._next_item()
         assets, idx, stored, owned = item
+        self.playing = assets
         self.renderer.prepare(assets, window, self.sr, n_window, self.fps)
         at = len(self._history) - 1  # frame t in the window
         video = compose(self.renderer, [at], [idx], [stored], self.width, self.height, [owned])[0]
