@@ -56,7 +56,18 @@ def source(tmp_path_factory):
     for persona in CASES:
         render(root, root / "a", persona, root / f"a-{persona}.mp4")
     forget_store(root / "a")
-    return root, banks
+    return root, banks, bank_records(root / "a")
+
+
+def bank_records(cache) -> int:
+    """The bank records in a store, empty ones (a loop judged not talking) included."""
+    from cachestore.store import open_store
+
+    store = open_store(cache, readonly=True)
+    try:
+        return sum(r.get("kind") == "bank" for _, r in store.items("avatar"))
+    finally:
+        forget_store(cache)
 
 
 def resolved(root, cache, persona: str) -> dict:
@@ -124,14 +135,14 @@ def tier(request, tmp_path):
 @pytest.fixture
 def world(source, tmp_path, monkeypatch):
     """A private copy of the source store `a`, beside the shared personas and speech."""
-    root, banks = source
+    root, banks, records = source
     shutil.copytree(root / "a", tmp_path / "a")
     monkeypatch.delenv(ENV, raising=False)
-    return root, banks, tmp_path
+    return root, banks, records, tmp_path
 
 
 def test_a_pulled_avatar_renders_its_source_stores_frames_bank_and_all(world, tier):
-    root, banks, here = world
+    root, banks, records, here = world
     pushed = cli.hotplate(root, here / "a", "push", "--remote", tier.url)
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     pulled = cli.hotplate(root, here / "b", "pull", "--remote", tier.url)
@@ -141,8 +152,9 @@ def test_a_pulled_avatar_renders_its_source_stores_frames_bank_and_all(world, ti
         assert "JIT" not in said, said  # nothing built: all of it came from the tier
         same_frames(root, persona, here / f"b-{persona}.mp4")
     assert resolved(root, here / "b", "talker")["bank"] == banks["talker"]
-    assert "3 avatars on" in pushed.stdout and "with 1 mouth banks" in pushed.stdout, pushed.stdout
-    assert "3 pulled" in pulled.stdout and "1 mouth banks pulled" in pulled.stdout, pulled.stdout
+    assert f"3 avatars on {tier.url} with {records} mouth banks" in pushed.stdout, pushed.stdout
+    assert f"3 pulled, 0 hot already, {records} mouth banks" in pulled.stdout, pulled.stdout
+    assert bank_records(here / "b") == records
     # the pulled bank is a record like the others: verify checks it, gc keeps it
     checked = cli.hotplate(root, here / "b", "verify")
     assert checked.returncode == 0 and " 0 problems" in checked.stdout, checked.stdout
@@ -154,7 +166,7 @@ def test_a_pulled_avatar_renders_its_source_stores_frames_bank_and_all(world, ti
 def test_a_render_that_pulls_its_avatar_pulls_its_bank(world, tier, monkeypatch):
     """No `hotplate pull`: the render's own miss asks the tier for the avatar, then for
     the bank its source store renders with."""
-    root, banks, here = world
+    root, banks, _, here = world
     pushed = cli.hotplate(root, here / "a", "push", "--remote", tier.url, "--persona", "talker")
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
     monkeypatch.setenv(ENV, tier.url)
@@ -201,7 +213,7 @@ def test_a_banks_fields_changed_on_the_tier_are_refused(world, tier):
     """Without remote_key: the bank's manifest rewritten (its checksum made again), every
     object it names untouched; each pull refuses it in one line naming the field, and
     writes no bank; the manifest put back, the bank is pulled."""
-    root, banks, here = world
+    root, banks, _, here = world
     pushed = cli.hotplate(root, here / "a", "push", "--remote", tier.url, "--persona", "talker")
     assert pushed.returncode == 0 and "with 1 mouth banks" in pushed.stdout, pushed.stdout
     path = ac_path("avatar", banks["talker"]["key"])
