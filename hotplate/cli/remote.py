@@ -64,9 +64,11 @@ def _sources(settings: Settings, paths: tuple[Path, ...], personas: tuple[str, .
     from pipeline.media import is_still
     from pipeline.personas import is_speech
 
+    def kind(path: Path) -> str:
+        return "still" if is_still(path) else "speech" if is_speech(path) else "loop"
+
     if paths:
         known = {s.path.resolve(): s for s in iter_sources(settings.personas)}
-        kind = lambda p: "still" if is_still(p) else "speech" if is_speech(p) else "loop"  # noqa: E731
         return [known.get(p.resolve()) or Source("", "", "", p, kind(p)) for p in paths]
     found = [s for s in iter_sources(settings.personas) if not personas or s.persona in personas]
     missing = set(personas) - {s.persona for s in found}
