@@ -88,7 +88,20 @@ class DrainingServer(uvicorn.Server):
 
 def run(app: Any, host: str, port: int, drain_timeout: float) -> int:
     """Serve `app` until a signal ends it; returns the exit status (module doc)."""
-    config = uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False)
+    from hotplate.serve.limits import MAX_PCM_MESSAGE
+    from hotplate.serve.ws_protocol import protocol
+
+    # every WebSocket message is bounded by the largest kind a route takes (limits.py):
+    # uvicorn closes a bigger one with 1009 before the app sees it
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        access_log=False,
+        ws_max_size=MAX_PCM_MESSAGE,
+        ws=protocol(),
+    )
     server = DrainingServer(config, app, drain_timeout)
     server.run()
     return 0 if server.interrupted_by is None else 128 + server.interrupted_by

@@ -12,6 +12,10 @@ When the worker ends the session (its peer went away, never connected, a hangup,
 it says why and returns; `_follow` sees the socket close, waits for the job to finish
 (HANGUP_GRACE s, then the worker is killed, as a cancel does), forgets the session and
 logs one line: `session <id> ended after <s> s: <why> (<figures>)`.
+
+What a session holds is bounded (limits.py): one speech socket (speech.py; a newer one
+replaces it), closed the moment the session starts to end, before the worker is waited
+for, so that nothing of a session outlives it by more than a moment.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hotplate.serve import limits
 from hotplate.serve import talk_wire as wire
 from hotplate.serve.config import seconds
 from hotplate.serve.problems import Problem
 from hotplate.serve.records import FINISHED, Job, snapshot
+from hotplate.serve.speech import ENDED, REPLACED, SpeechSocket
 
 log = logging.getLogger("hotplate.serve")
 
@@ -57,6 +63,8 @@ class Session:
     figures: dict = field(default_factory=dict)
     queued_until: float = 0.0  # monotonic time the speech pushed so far ends playing
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    closing: bool = False  # it is ending: no new socket or call is taken
+    speech: SpeechSocket | None = None  # its one open speech socket
 
     def pace(self, seconds: float) -> None:
         """Count `seconds` of speech pushed now; Problem 429 when it runs more than
@@ -175,9 +183,7 @@ class Sessions:
             await svc.queue.cancel(job, f"the session's control socket failed: {exc}")
             raise Problem(500, "the session's worker could not be reached; retry") from None
         self.live[session.id] = session
-        task = asyncio.get_running_loop().create_task(self._follow(session))
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._spawn(self._follow(session))
         return session
 
     # -- using
@@ -185,7 +191,7 @@ class Sessions:
         """The caller's live session (an admin's: anyone's); 404 otherwise, for a session
         of another client too (its id is not confirmed)."""
         s = self.live.get(session_id)
-        if s is None or s.ended.is_set() or not (client.admin or s.owner == client.id):
+        if s is None or s.closing or not (client.admin or s.owner == client.id):
             raise Problem(404, f"no live session {session_id}; create one with POST /v1/sessions")
         return s
 
@@ -215,11 +221,40 @@ class Sessions:
             raise Problem(404, f"session {s.id} has ended") from None
 
     async def pcm(self, s: Session, rate: int, channels: int, data: bytes) -> None:
+        """Forward PCM, in control messages of at most MAX_PCM_MESSAGE bytes (what the
+        worker takes); Problem 429 past the pace, 404 once the session has ended."""
         s.pace(len(data) / (2 * channels * rate))
+        step = limits.MAX_PCM_MESSAGE
         try:
-            await wire.send_pcm(s.writer, rate, channels, data)
+            for at in range(0, len(data), step):
+                await wire.send_pcm(s.writer, rate, channels, data[at : at + step])
         except (ConnectionError, RuntimeError):
             raise Problem(404, f"session {s.id} has ended") from None
+
+    def attach_speech(self, s: Session, sock: SpeechSocket) -> None:
+        """`sock` is the session's speech socket now; an older one is closed (4409)."""
+        old, s.speech = s.speech, sock
+        if old is not None:
+            why = "a newer speech socket of this session replaced this one"
+            self._spawn(old.close(REPLACED, why))
+
+    def detach_speech(self, s: Session, sock: SpeechSocket) -> None:
+        if s.speech is sock:
+            s.speech = None
+
+    def _closing(self, s: Session, why: str) -> None:
+        """The session is ending: refuse new work and close its speech socket now (the
+        close frame leaves at once; the closing handshake finishes in the background)."""
+        s.closing = True
+        if s.speech is not None:
+            sock, s.speech = s.speech, None
+            self._spawn(sock.close(ENDED, f"the session ended: {why}"[:120]))
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
 
     async def interrupt(self, s: Session) -> None:
         s.queued_until = time.monotonic()
@@ -227,6 +262,7 @@ class Sessions:
 
     async def end(self, s: Session, why: str) -> None:
         """Hang up and wait (HANGUP_GRACE s at most, then the worker is killed)."""
+        self._closing(s, why)
         with contextlib.suppress(Problem):
             await self.send(s, {"op": "hangup", "why": why})
         with contextlib.suppress(TimeoutError):
@@ -258,6 +294,7 @@ class Sessions:
 
     async def _finish(self, s: Session) -> None:
         svc, job = self.svc, s.job
+        self._closing(s, s.why or "its worker ended it")
         for fut in s.replies.values():
             if not fut.done():
                 fut.set_result({"error": f"session {s.id} has ended", "status": 404})

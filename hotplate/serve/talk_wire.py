@@ -21,10 +21,14 @@ import asyncio
 import json
 import struct
 
+from hotplate.serve.limits import MAX_WIRE_MESSAGE
+
 JSON, PCM = 0, 1
 HEAD = struct.Struct(">IB")
 PCM_HEAD = struct.Struct(">IB")
-MAX_MESSAGE = 8 << 20  # bytes: a WebSocket message of PCM is forwarded whole
+# bytes: the largest message the server sends (limits.py: a PCM message or an offer,
+# framed); one over it is a broken channel, not speech
+MAX_MESSAGE = MAX_WIRE_MESSAGE
 
 
 async def send_json(writer: asyncio.StreamWriter, message: dict) -> None:

@@ -16,30 +16,26 @@
 - `switch`: POST JSON {"attire", "motion"?} (the same persona): from the next loop point.
 
 Every route needs the token (or the signed URL); a session answers only its creator
-(or the admin token): 404 for anyone else.
+(or the admin token): 404 for anyone else. Bodies and messages are bounded (limits.py):
+an offer or a fragment over its limit gets 413 before more than the limit is read; the
+speech socket's limits and close codes are speech.py's.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 from typing import Any
 
-from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
 from hotplate.serve.deps import Caller, Svc, check_profile
 from hotplate.serve.guard import LOCAL
+from hotplate.serve.limits import MAX_CANDIDATES_PER_PATCH, MAX_OFFER, MAX_SDPFRAG
 from hotplate.serve.problems import Problem
+from hotplate.serve.speech import check_format
 
 router = APIRouter(tags=["sessions"])
-
-SAMPLE_RATES = (8000, 192000)
-MAX_CHANNELS = 8
-START_TIMEOUT = 10.0  # s: for the speech socket's first message
-POLICY, UNSUPPORTED = 1008, 1003
-MAX_OFFER = 64 << 10  # bytes: a browser's offer is a few kB
 
 
 class SessionRequest(BaseModel):
@@ -124,7 +120,7 @@ async def delete_session(svc: Svc, caller: Caller, session_id: str) -> Response:
 async def whep_offer(svc: Svc, caller: Caller, session_id: str, request: Request) -> Response:
     """WHEP: an SDP offer in, the answer out (201, Location: the peer to DELETE)."""
     s = svc.sessions.get(session_id, caller)
-    offer = await _sdp_body(request, "application/sdp", "an SDP offer")
+    offer = await _sdp_body(request, "application/sdp", "an SDP offer", MAX_OFFER)
     answer = await svc.sessions.call(s, {"op": "offer", "sdp": offer})
     return Response(
         answer["sdp"],
@@ -134,14 +130,22 @@ async def whep_offer(svc: Svc, caller: Caller, session_id: str, request: Request
     )
 
 
-async def _sdp_body(request: Request, media_type: str, what: str) -> str:
-    """The request's body as text: 415 unless it is `media_type`, 413 over MAX_OFFER."""
+async def _sdp_body(request: Request, media_type: str, what: str, limit: int) -> str:
+    """The request's body as text: 415 unless it is `media_type`; 413 over `limit` bytes,
+    from its Content-Length before a byte is read, or as soon as a stream passes it (at
+    most limit + one chunk is ever held)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind != media_type:
         raise Problem(415, f"send {what} as {media_type}, not {kind or 'no type'!r}")
-    body = await request.body()
-    if len(body) > MAX_OFFER:
-        raise Problem(413, f"{what} of {len(body)} bytes is over the {MAX_OFFER}-byte limit")
+    too_big = f"{what} is over the {limit}-byte limit; send a shorter one"
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise Problem(413, too_big)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk[: limit + 1 - len(body)]
+        if len(body) > limit:
+            raise Problem(413, too_big)
     return body.decode("utf-8", "replace")
 
 
@@ -158,12 +162,22 @@ async def whep_candidates(svc: Svc, caller: Caller, session_id: str, request: Re
     """WHEP's trickle ICE: the player's candidates after its offer, as an SDP fragment
     (`application/trickle-ice-sdpfrag`, RFC 8840) -> 204. An ICE restart (`If-Match: *`,
     or the fragment's ice-ufrag not the offer's) is not supported: 422."""
-    from hotplate.serve.trickle import MEDIA_TYPE, NO_RESTART
+    from hotplate.serve.trickle import MEDIA_TYPE, NO_RESTART, TrickleError, parse_fragment
 
     s = svc.sessions.get(session_id, caller)
-    fragment = await _sdp_body(request, MEDIA_TYPE, "an SDP fragment")
+    fragment = await _sdp_body(request, MEDIA_TYPE, "an SDP fragment", MAX_SDPFRAG)
     if request.headers.get("if-match", "").strip() == "*":
         raise Problem(422, NO_RESTART)
+    try:  # checked here too: a fragment the worker would refuse never reaches it
+        parsed = parse_fragment(fragment)
+    except TrickleError as exc:
+        raise Problem(exc.status, str(exc)) from None
+    if len(parsed.candidates) > MAX_CANDIDATES_PER_PATCH:
+        raise Problem(
+            413,
+            f"{len(parsed.candidates)} candidates in one PATCH: send at most "
+            f"{MAX_CANDIDATES_PER_PATCH}",
+        )
     await svc.sessions.call(s, {"op": "candidates", "sdpfrag": fragment})
     return Response(status_code=204)
 
@@ -187,18 +201,6 @@ async def switch(svc: Svc, caller: Caller, session_id: str, body: SwitchRequest)
     return Response(status_code=204)
 
 
-def _format(rate: Any, channels: Any, fmt: Any = "s16le") -> tuple[int, int]:
-    if fmt != "s16le":
-        raise ValueError(f"format {fmt!r} is not supported; send 's16le' PCM")
-    if not isinstance(rate, int) or not SAMPLE_RATES[0] <= rate <= SAMPLE_RATES[1]:
-        raise ValueError(
-            f"sample_rate {rate!r} must be an integer from {SAMPLE_RATES[0]} to {SAMPLE_RATES[1]} Hz"
-        )
-    if not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
-        raise ValueError(f"channels {channels!r} must be 1 to {MAX_CHANNELS}")
-    return rate, channels
-
-
 @router.post("/v1/sessions/{session_id}/speech", status_code=204)
 async def speech_post(
     svc: Svc, caller: Caller, session_id: str, request: Request, sample_rate: int, channels: int = 1
@@ -206,7 +208,7 @@ async def speech_post(
     """One turn of PCM (s16le) as the body, sent as it is spoken (chunked)."""
     s = svc.sessions.get(session_id, caller)
     try:
-        rate, channels = _format(sample_rate, channels)
+        rate, channels = check_format(sample_rate, channels)
     except ValueError as exc:
         raise Problem(422, str(exc)) from None
     async for chunk in request.stream():
@@ -218,54 +220,9 @@ async def speech_post(
 
 @router.websocket("/v1/sessions/{session_id}/speech")
 async def speech_socket(ws: WebSocket, session_id: str) -> None:
-    """PCM in as it is spoken (see the module doc)."""
-    svc = ws.app.state.service
-    client = ws.scope.get("state", {}).get("client", LOCAL)
+    """PCM in as it is spoken (see the module doc, and speech.py for its limits)."""
+    from hotplate.serve.speech import serve
+
     await ws.accept()
-    try:
-        s = svc.sessions.get(session_id, client)
-        first = await asyncio.wait_for(ws.receive(), START_TIMEOUT)
-        if first["type"] == "websocket.disconnect":
-            return
-        try:
-            start = json.loads(first.get("text") or "")
-            rate, channels = _format(
-                start.get("sample_rate"), start.get("channels", 1), start.get("format", "s16le")
-            )
-        except (ValueError, AttributeError) as exc:
-            await _close(ws, UNSUPPORTED, f"the first message must be the format: {exc}")
-            return
-        while True:
-            msg = await ws.receive()
-            if msg["type"] == "websocket.disconnect":
-                return
-            if msg.get("bytes"):
-                await svc.sessions.pcm(s, rate, channels, msg["bytes"])
-                continue
-            try:
-                kind = json.loads(msg.get("text") or "").get("type")
-            except (ValueError, AttributeError):
-                kind = None
-            if kind == "end_of_turn":
-                await svc.sessions.send(s, {"op": "end_of_turn"})
-            elif kind == "interrupt":
-                await svc.sessions.interrupt(s)
-            else:
-                await _close(
-                    ws, UNSUPPORTED, 'send binary PCM, {"type": "end_of_turn"} or "interrupt"'
-                )
-                return
-    except TimeoutError:
-        await _close(ws, POLICY, f"no format message within {START_TIMEOUT:g} s")
-    except Problem as exc:
-        await _close(ws, POLICY, exc.detail)
-    except WebSocketDisconnect:
-        pass
-
-
-async def _close(ws: WebSocket, code: int, detail: str) -> None:
-    try:
-        await ws.send_text(json.dumps({"type": "error", "detail": detail}))
-        await ws.close(code=code, reason=detail[:120])
-    except Exception:  # noqa: BLE001 - the client is gone
-        pass
+    client = ws.scope.get("state", {}).get("client", LOCAL)
+    await serve(ws, ws.app.state.service, session_id, client)

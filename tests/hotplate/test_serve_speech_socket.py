@@ -1,0 +1,312 @@
+"""A conversation session's speech socket bounded (issue 64), on a real `hotplate serve`
+with real sessions (a worker each, aiortc in it) and real `websockets` clients: one socket
+per session, an idle limit, the session's end closing it, malformed and oversized
+messages closed with a documented code and a one-line reason, and a seeded fuzz of hostile
+first messages and frames after which a normal session still plays.
+
+It needs the webrtc extra in the server (a session needs aiortc), so it is not in the
+quick tier. Every wait is on an event (a close frame, a 404) with a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+
+import httpx
+import pytest
+
+from hotplate.demo_data import make_speech_audio
+from hotplate.serve.limits import MAX_PCM_MESSAGE, MAX_TEXT_MESSAGE
+from hotplate.serve.speech import CLOSE_CODES, ENDED, IDLE, REPLACED
+from testkit.serve_helpers import Server, make_world, precompiled
+from testkit.webrtc_peer import WhepPeer
+
+pytestmark = pytest.mark.slow
+ASTRO = {"persona": "astro", "attire": "studio"}
+IDLE_S = 3.0  # HOTPLATE_SPEECH_IDLE_TIMEOUT for this server
+ENV = {
+    "HOTPLATE_SESSION_ICE_TIMEOUT": "5",
+    "HOTPLATE_SESSION_OFFER_TIMEOUT": "600",  # sessions here live without a peer
+    "HOTPLATE_SPEECH_IDLE_TIMEOUT": str(IDLE_S),
+}
+FORMAT = json.dumps({"sample_rate": 16000, "channels": 1, "format": "s16le"})
+FUZZ_CASES = 120  # seconds in all: each is one socket on loopback
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = make_world(tmp_path_factory.mktemp("speech"))
+    with Server(root, "--workers", "2", "--max-sessions", "2", env=ENV) as srv:
+        precompiled(srv)
+        yield srv
+
+
+def pcm(seconds: float, rate: int = 16000) -> bytes:
+    return (make_speech_audio(seconds, rate, 0) * 32767).astype("<i2").tobytes()
+
+
+def ws_url(srv: Server, session: dict) -> str:
+    return srv.url.replace("http", "ws", 1) + session["speech"]
+
+
+async def closed(ws, timeout: float = 20.0) -> tuple[int | None, str]:
+    """The close frame the server sent (code, reason); what it said before is read and
+    dropped. None as the code when the connection ended with no close frame."""
+    from websockets.exceptions import ConnectionClosed
+
+    async def drain() -> None:
+        try:
+            while True:
+                await ws.recv()
+        except ConnectionClosed:
+            pass
+
+    await asyncio.wait_for(drain(), timeout)
+    rcvd = ws.protocol.close_rcvd
+    return (None if rcvd is None else rcvd.code), ("" if rcvd is None else rcvd.reason)
+
+
+async def open_speech(srv: Server, session: dict):
+    import websockets
+
+    ws = await websockets.connect(ws_url(srv, session), max_size=None)
+    await ws.send(FORMAT)
+    return ws
+
+
+async def alive(srv: Server, session: dict) -> None:
+    """The session takes a socket and a message: a bogus one gets its 1003 and reason."""
+    async with await open_speech(srv, session) as ws:
+        await ws.send(pcm(0.1))
+        await ws.send(json.dumps({"type": "bogus"}))
+        code, reason = await closed(ws)
+    assert code == 1003 and "end_of_turn" in reason, (code, reason)
+
+
+def test_a_newer_speech_socket_replaces_the_older_with_4409(server):
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            s = (await c.post("/v1/sessions", json=ASTRO)).json()
+            sockets = []
+            for _ in range(20):  # the issue's 20 sockets on one session
+                sockets.append(await open_speech(server, s))
+            for ws in sockets[:-1]:
+                code, reason = await closed(ws)
+                assert code == REPLACED and "newer" in reason, (code, reason)
+            last = sockets[-1]
+            await last.send(pcm(0.1))
+            await last.send(json.dumps({"type": "end_of_turn"}))
+            await last.send(json.dumps({"type": "bogus"}))  # still the session's: answered
+            assert (await closed(last))[0] == 1003
+            assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
+
+    asyncio.run(run())
+
+
+def test_an_idle_speech_socket_is_closed_with_4408_and_a_reason(server):
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            s = (await c.post("/v1/sessions", json=ASTRO)).json()
+            ws = await open_speech(server, s)
+            await ws.send(pcm(0.1))
+            code, reason = await closed(ws, IDLE_S + 20)
+            assert code == IDLE and f"{IDLE_S:g} s" in reason, (code, reason)
+            await alive(server, s)  # the session outlives its socket
+            assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
+
+    asyncio.run(run())
+
+
+def test_the_sessions_end_closes_its_speech_socket_within_a_second(server):
+    """DELETE of the session, and a session its worker ends (a malformed offer): the
+    socket gets 4410 and the reason, by the time the DELETE is answered or a second after
+    the session is gone."""
+
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            s = (await c.post("/v1/sessions", json=ASTRO)).json()
+            ws = await open_speech(server, s)
+            await ws.send(pcm(0.1))
+            watch = asyncio.ensure_future(closed(ws))
+            assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
+            answered = time.monotonic()
+            code, reason = await asyncio.wait_for(watch, 20)
+            late = time.monotonic() - answered
+            assert code == ENDED and "ended by DELETE" in reason, (code, reason)
+            assert late < 1.0, f"the socket closed {late:.2f} s after the DELETE's answer"
+
+            s = (await c.post("/v1/sessions", json=ASTRO)).json()
+            ws = await open_speech(server, s)
+            watch = asyncio.ensure_future(closed(ws))
+            bad = await c.post(s["whep"], content=b"v=0\r\nno SDP", headers=SDP)
+            assert bad.status_code == 400, bad.text
+            code, reason = await asyncio.wait_for(watch, 20)
+            assert code == ENDED and "malformed offer" in reason, (code, reason)
+            gone = await c.get(f"/v1/sessions/{s['id']}")
+            assert gone.status_code == 404, gone.text
+
+    asyncio.run(run())
+
+
+SDP = {"content-type": "application/sdp"}
+
+
+def test_deep_nesting_and_oversized_messages_close_with_a_reason_and_the_session_lives(server):
+    """The issue's 100,000 brackets (over the text limit: 1009), brackets under the limit
+    (past Python's recursion limit: 1007), a 9 MB PCM message (uvicorn's limit, 1009):
+    each a close frame with a reason; the session takes the next socket."""
+
+    async def case(s: dict, *messages, first: bool = True) -> tuple[int | None, str]:
+        import websockets
+
+        async with websockets.connect(ws_url(server, s), max_size=None) as ws:
+            if not first:
+                await ws.send(FORMAT)
+            for message in messages:
+                await ws.send(message)
+            return await closed(ws)
+
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            s = (await c.post("/v1/sessions", json=ASTRO)).json()
+            code, reason = await case(s, "[" * 100_000)
+            assert code == 1009 and str(MAX_TEXT_MESSAGE) in reason, (code, reason)
+            code, reason = await case(s, "[" * 3000)
+            assert code == 1007 and "JSON object" in reason, (code, reason)
+            code, reason = await case(s, '{"sample_rate": ' + "[" * 500 + "]" * 500 + "}")
+            assert code == 1007 and "flat" in reason, (code, reason)
+            code, reason = await case(s, bytes(9_000_000), first=False)
+            assert code == 1009 and reason, (code, reason)
+            code, reason = await case(s, bytes(MAX_PCM_MESSAGE + 2), first=False)
+            assert code == 1009 and reason, (code, reason)
+            assert (await c.get(f"/v1/sessions/{s['id']}")).status_code == 200
+            await alive(server, s)
+            assert "Traceback" not in server.log_text(tail=None)
+            assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
+
+    asyncio.run(run())
+
+
+# -- the fuzz: a seeded generator of hostile first messages and frames -------------------
+
+WEIRD = [
+    None,
+    True,
+    -1,
+    0,
+    7999,
+    192001,
+    2**63,
+    1e308,
+    float("nan"),
+    "16000",
+    [16000],
+    {"hz": 16000},
+    "",
+    "s16le",
+    "f32le",
+    "\u0000",
+]
+
+
+def hostile(rng: random.Random) -> list:
+    """One case: what a hostile client sends, as a list of (kind, payload)."""
+    big = rng.choice([MAX_TEXT_MESSAGE - 10, MAX_TEXT_MESSAGE + 1, 200_000])
+    depth = rng.choice([10, 900, 5000, 60_000])
+    fields = {k: rng.choice(WEIRD) for k in ("sample_rate", "channels", "format")}
+    fields = {k: v for k, v in fields.items() if rng.random() < 0.8}
+    firsts = [
+        ("text", "[" * depth),
+        ("text", "{" + '"a":{' * depth),
+        ("text", json.dumps({"sample_rate": 16000, "pad": "x" * big})),
+        ("text", json.dumps(fields)),
+        ("text", json.dumps(rng.choice(WEIRD))),
+        ("text", ""),
+        ("text", "not json {"),
+        ("text_bytes", rng.choice([b"\xff\xfe", b"{\xc3\x28}", b'{"a": "\xed\xa0\x80"}'])),
+        ("bytes", rng.randbytes(rng.choice([0, 1, 3, 9600]))),
+        ("bytes", b""),
+        ("fragments", ["{", '"sample_rate": 16000', "}"]),
+        ("fragments", [b"\x00" * 10, b"\x01" * 10]),
+        ("fragments", ["[" * 3000] * 3),
+        ("text", FORMAT),
+    ]
+    frames = [
+        ("bytes", rng.randbytes(rng.choice([0, 1, 3, 4097]))),
+        ("text", json.dumps({"type": rng.choice(WEIRD)})),
+        ("text", json.dumps({"type": "end_of_turn", "x": [1]})),
+        ("text", json.dumps({"type": "interrupt"})),
+        ("text", json.dumps({"type": "end_of_turn"})),
+        ("text", "[" * depth),
+        ("text_bytes", b"\x80abc"),
+        ("fragments", [b"ab", b"cd"]),
+        ("fragments", ['{"type": ', '"end_of_turn"}']),
+        ("bytes", bytes(MAX_PCM_MESSAGE + rng.choice([1, 5000]))),
+        ("text", "x" * big),
+    ]
+    case = [rng.choice(firsts)]
+    if case[0] == ("text", FORMAT) or rng.random() < 0.3:
+        case += [rng.choice(frames) for _ in range(rng.randint(1, 4))]
+    return case
+
+
+async def send(ws, kind: str, payload) -> None:
+    if kind == "text_bytes":  # text whose bytes are not UTF-8
+        await ws.send(payload, text=True)
+    else:
+        await ws.send(payload)
+
+
+def test_hostile_first_messages_and_frames_end_in_a_documented_close(server):
+    """FUZZ_CASES seeded cases (seed printed): each socket ends in a close frame whose code
+    is one of speech.CLOSE_CODES, or, its messages all taken, in the 1003 its last bogus
+    message earns; no traceback in the log; then a normal session plays."""
+    from websockets.exceptions import ConnectionClosed
+
+    seed = int(os.environ.get("HOTPLATE_FUZZ_SEED") or random.randrange(1 << 32))
+    print(f"speech socket fuzz seed {seed}")
+    rng = random.Random(seed)
+
+    async def run() -> None:
+        import websockets
+
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            s = (await c.post("/v1/sessions", json=ASTRO)).json()
+            seen: dict[int, int] = {}
+            for number in range(FUZZ_CASES):
+                case = hostile(rng)
+                async with websockets.connect(ws_url(server, s), max_size=None) as ws:
+                    try:
+                        for kind, payload in case:
+                            await send(ws, kind, payload)
+                        await ws.send(json.dumps({"type": "bogus"}))
+                    except ConnectionClosed:
+                        pass  # closed mid-case: the code is read below
+                    code, reason = await closed(ws)
+                what = f"case {number} (seed {seed}): {[(k, repr(p)[:60]) for k, p in case]}"
+                assert code in CLOSE_CODES | {1007, 1009}, f"{what} -> {code} {reason!r}"
+                assert reason and "\n" not in reason, f"{what} -> {code} {reason!r}"
+                seen[code] = seen.get(code, 0) + 1
+                if code == 1008 and "ahead" in reason:
+                    await c.post(s["interrupt"])  # the pace refused: start it again
+            print(f"close codes seen: {dict(sorted(seen.items()))}")
+            assert (await c.get(f"/v1/sessions/{s['id']}")).status_code == 200
+            assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
+
+            # the server is healthy: a new session plays to a real peer
+            s = (await c.post("/v1/sessions", json=ASTRO)).json()
+            peer = WhepPeer()
+            try:
+                assert (await peer.connect(c, s["whep"])).status_code == 201
+                await asyncio.wait_for(peer.received.first_video.wait(), 60)
+                await alive(server, s)
+            finally:
+                await c.delete(f"/v1/sessions/{s['id']}")
+                await peer.close()
+        log = server.log_text(tail=None)
+        assert "Traceback" not in log, log[log.index("Traceback") - 300 :][:3000]
+
+    asyncio.run(run())
