@@ -310,3 +310,79 @@ def test_hostile_first_messages_and_frames_end_in_a_documented_close(server):
         assert "Traceback" not in log, log[log.index("Traceback") - 300 :][:3000]
 
     asyncio.run(run())
+
+
+# -- HTTP bodies: checked before they are read --------------------------------------------
+
+
+def raw_post(
+    srv: Server, path: str, kind: str, declared: int | None, total: int, method: str = "POST"
+) -> tuple:
+    """POST (or `method`) `total` bytes of `kind` over a raw socket, chunked (or with a declared
+    Content-Length and no body when `declared`), reading the answer as it sends:
+    (status line and body, bytes sent before the answer came)."""
+    import socket
+    import threading
+
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=20)
+    head = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{srv.port}", f"Content-Type: {kind}"]
+    head.append(f"Content-Length: {declared}" if declared else "Transfer-Encoding: chunked")
+    sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+    sent, answered = 0, threading.Event()
+
+    def pour() -> None:
+        nonlocal sent
+        chunk = b"%x\r\n%s\r\n" % (1 << 16, b"a=candidate:x\r\n".ljust(1 << 16, b"x"))
+        try:
+            while sent < total and not answered.is_set() and declared is None:
+                sock.sendall(chunk)
+                sent += 1 << 16
+        except OSError:
+            pass  # the server answered and hung up
+
+    thread = threading.Thread(target=pour, daemon=True)
+    thread.start()
+    answer = b""
+    try:
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            got = sock.recv(65536)
+            if not got:
+                break
+            answer += got
+    finally:
+        answered.set()
+        thread.join(30)
+        sock.close()
+    return answer.decode(errors="replace"), sent
+
+
+def test_an_offer_or_a_fragment_over_its_limit_is_413_before_it_is_read(server):
+    """50 MB of offer, chunked: 413 naming the 64 KiB limit while it is still being sent
+    (the route read up to the 50 MB upload limit first); a declared 10 MB: 413 with no
+    byte sent. A PATCH over 16 KiB or with more than 32 candidates: 413, one line."""
+    from hotplate.serve.limits import MAX_CANDIDATES_PER_PATCH, MAX_OFFER, MAX_SDPFRAG
+
+    with server.client(timeout=60) as c:
+        s = c.post("/v1/sessions", json=ASTRO).json()
+        try:
+            answer, sent = raw_post(server, s["whep"], "application/sdp", None, 50 << 20)
+            assert answer.startswith("HTTP/1.1 413") and f"{MAX_OFFER}-byte" in answer, answer
+            assert sent < 20 << 20, f"{sent} bytes went in before the 413"
+            answer, sent = raw_post(server, s["whep"], "application/sdp", 10 << 20, 0)
+            assert answer.startswith("HTTP/1.1 413") and f"{MAX_OFFER}-byte" in answer, answer
+
+            peer = f"/v1/sessions/{s['id']}/whep/peer"
+            frag = "application/trickle-ice-sdpfrag"
+            answer, _ = raw_post(server, peer, frag, None, 50 << 20, "PATCH")
+            assert answer.startswith("HTTP/1.1 413") and f"{MAX_SDPFRAG}-byte" in answer, answer
+            line = "a=candidate:1 1 udp 2130706431 127.0.0.1 {} typ host\r\n"
+            many = "a=mid:0\r\n" + "".join(
+                line.format(9000 + n) for n in range(MAX_CANDIDATES_PER_PATCH + 1)
+            )
+            r = c.patch(peer, content=many, headers={"content-type": frag})
+            assert r.status_code == 413 and f"at most {MAX_CANDIDATES_PER_PATCH}" in r.text, r.text
+            r = c.patch(peer, content="a=candidate:1\r\nx=y\r\n", headers={"content-type": frag})
+            assert r.status_code == 400 and "\n" not in r.json()["detail"], r.text
+            assert c.get(f"/v1/sessions/{s['id']}").status_code == 200  # it lives on
+        finally:
+            c.delete(f"/v1/sessions/{s['id']}")
