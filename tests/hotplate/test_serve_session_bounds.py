@@ -117,6 +117,7 @@ def test_a_peer_that_takes_sound_queues_a_bounded_amount(server):
             return got
 
     got = asyncio.run(run())
+    print(f"sound queued at most {got['queued_audio_peak']} pieces in {got['frames']} frames")
     assert 0 < got["queued_audio_peak"] <= AUDIO_QUEUE, got
 
 
