@@ -5,6 +5,7 @@ read from the decoded pictures (testkit/mouth_reader.py). Every wait has a deadl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -404,8 +405,27 @@ def test_sessions_need_the_token_and_answer_only_their_client(tmp_path):
             s = r.json()
             assert re.search(r"[?&]sig=", s["speech"])  # a browser's WebSocket sends no header
             assert_problem(c.post("/v1/sessions", json=ASTRO, headers=alice), 503, "per-client")
-            assert_problem(c.get(f"/v1/sessions/{s['id']}", headers=bob), 404)
-            assert_problem(c.post(s["interrupt"], headers=bob), 404)
+            # another client's token: 404 on every route of the session, which lives on
+            base, sdp = f"/v1/sessions/{s['id']}", {"content-type": "application/sdp"}
+            frag = {"content-type": "application/trickle-ice-sdpfrag"}
+            for method, path, kw in [
+                ("GET", base, {}),
+                ("DELETE", base, {}),
+                ("POST", s["whep"], {"content": b"v=0\r\n", "headers": sdp}),
+                (
+                    "PATCH",
+                    f"{base}/whep/peer",
+                    {"content": b"a=end-of-candidates", "headers": frag},
+                ),
+                ("DELETE", f"{base}/whep/peer", {}),
+                ("POST", f"{base}/speech?sample_rate=16000", {"content": pcm(0.2, 16000)}),
+                ("POST", s["interrupt"], {}),
+                ("POST", s["switch"], {"json": {"attire": "studio"}}),
+            ]:
+                headers = {**bob, **kw.pop("headers", {})}
+                answer = c.request(method, path, headers=headers, **kw)
+                assert_problem(answer, 404, "no live session")
+            assert c.get(base, headers=alice).status_code == 200
             assert c.post(s["interrupt"], headers=alice).status_code == 204
 
             async def socket(url: str) -> str:
@@ -420,6 +440,20 @@ def test_sessions_need_the_token_and_answer_only_their_client(tmp_path):
 
             ws_url = srv.url.replace("http", "ws", 1)
             assert "end_of_turn" in asyncio.run(socket(ws_url + s["speech"]))  # signed: in
+
+            async def bobs_socket() -> tuple[int, str]:
+                import websockets
+
+                url = ws_url + s["speech"].split("?")[0]
+                async with websockets.connect(url, additional_headers=bob) as ws:
+                    with contextlib.suppress(Exception):
+                        await ws.send(json.dumps({"sample_rate": 16000, "channels": 1}))
+                    await asyncio.wait_for(ws.wait_closed(), 20)
+                    return ws.close_code, ws.close_reason
+
+            code, reason = asyncio.run(bobs_socket())
+            assert code == 1008 and "no live session" in reason, (code, reason)
+            assert c.get(f"/v1/sessions/{s['id']}", headers=alice).status_code == 200
             unsigned = s["speech"].split("?")[0]
             with pytest.raises(Exception, match="1008|403|rejected"):
                 asyncio.run(socket(ws_url + unsigned))
