@@ -268,6 +268,25 @@ def test_an_allowed_origin_may_post(server):
         )
         assert trickle.status_code == 200, trickle.text
         assert "PATCH" in trickle.headers["access-control-allow-methods"]
+        # and the PATCH itself: the studio's reaches the session's worker (which has no
+        # peer yet: 409) with the CORS header; another site's is refused before it (403)
+        made = c.post("/v1/sessions", json={"persona": "astro", "attire": "studio"})
+        assert made.status_code == 201, made.text
+        peer = f"/v1/sessions/{made.json()['id']}/whep/peer"
+        frag = "a=mid:0\r\na=candidate:1 1 udp 2130706431 127.0.0.1 9 typ host\r\n"
+        kind = {"content-type": "application/trickle-ice-sdpfrag", "if-match": '"x"'}
+        try:
+            ours = c.patch(peer, content=frag, headers={**kind, "Origin": STUDIO})
+            assert_problem(ours, 409, "offer")
+            assert ours.headers["access-control-allow-origin"] == STUDIO
+            evil = c.patch(peer, content=frag, headers={**kind, "Origin": "http://evil.example"})
+            assert_problem(evil, 403, "evil.example")
+            assert "access-control-allow-origin" not in evil.headers
+            site = c.patch(peer, content=frag, headers={**kind, "Sec-Fetch-Site": "cross-site"})
+            assert_problem(site, 403)
+            assert c.get(peer.removesuffix("/whep/peer")).status_code == 200  # it lives on
+        finally:
+            c.delete(peer.removesuffix("/whep/peer"))
         assert_problem(c.post("/v1/precompile", data=form, headers={"Origin": "http://x.y"}), 403)
 
 
