@@ -126,7 +126,7 @@ def hot_avatar(
     from pipeline.hot import lease_avatar, why_not_hot
     from pipeline.personas import resolve as resolve_source
     from pipeline.precompile.recipe import effective_recipe
-    from pipeline.precompile.run import precompile
+    from pipeline.precompile.run import precompile_with_bank
 
     # 1. check everything that needs no work: names, the caller's checks, weights
     found = resolve_source(personas, request.persona, request.attire, request.motion, request.video)
@@ -158,7 +158,9 @@ def hot_avatar(
             if on_jit is not None:  # a typed signal: front ends need not parse step names
                 on_jit()
             jit_start = time.perf_counter()
-            report = precompile(
+            # the avatar and, for a loop, its bank (its own mouths, or an empty one that
+            # says why it does not talk), as `precompile` and the watcher build them
+            report, _ = precompile_with_bank(
                 found.path,
                 recipe,
                 store,

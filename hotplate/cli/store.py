@@ -79,6 +79,7 @@ def resolve(
             if found_bank is None
             else {**bank_info(store, found_bank[0]), "clip": str(found_bank[1])}
         )
+    no_bank = None if bank is not None else not_talking(store, found.path, recipe)
     mouth = None
     if (backend or settings.renderer) == "warp":
         from pipeline.media import is_still
@@ -101,6 +102,7 @@ def resolve(
                 "state": "hot" if hot else "cold",
                 "why": why,
                 "bank": bank,
+                "no_bank": no_bank,  # the loop's own footage judged not talking: why
                 "mouth": mouth,
             }
         )
@@ -116,6 +118,8 @@ def resolve(
         from pipeline.catalog import describe_bank
 
         click.echo(f"bank     {bank['key']}  {Path(bank['clip']).name}: {describe_bank(bank)}")
+    elif (backend or settings.renderer) == "warp" and no_bank is not None:
+        click.echo(f"bank     none: {found.path.name} judged not talking: {no_bank}")
     elif (backend or settings.renderer) == "warp":
         click.echo(
             f"bank     none: the mouth below (a hot bank needs talking footage: "
@@ -132,6 +136,22 @@ MOUTHS = {  # what `hotplate resolve` says of the mouth a warp render shows
     " library's cavity and lower teeth",
     "painted": "painted (the mouth library unreadable or off)",
 }
+
+
+def not_talking(store, path: Path, recipe) -> str | None:
+    """Why a loop's own footage made no bank, with the figure it was judged on (its
+    empty bank's record, `pipeline.mouth.bank.build_bank`), or None: a still, a loop not
+    yet precompiled, or one whose bank holds mouths."""
+    from pipeline.catalog import bank_info, bank_plan
+    from pipeline.media import is_still
+
+    if store is None or is_still(path):
+        return None
+    try:
+        info = bank_info(store, bank_plan(store, path, recipe, "loop").avatar)
+    except OSError:  # the file vanished since it was resolved
+        return None
+    return info["reason"] if info is not None and info["entries"] == 0 else None
 
 
 def why_cold(store, p) -> str:
@@ -152,7 +172,6 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
     and each video's mouth bank (any loop shot while speaking, with or without sound; a
     persona's speech.mp4)."""
     from pipeline.catalog import bank_info, bank_plan, iter_sources, plan_for, recipe_for
-    from pipeline.media import has_audio
 
     settings = settings_of(ctx)
     store = open_cache(settings, fallback_readonly=True) if present(settings) else None
@@ -162,11 +181,9 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
         bank = None
         if src.kind != "still":
             info = bank_info(store, bank_plan(store, src.path, recipe, src.kind).avatar)
+            # every loop's precompile asks whether it talks, sound or not (precompile_source):
+            # an empty bank's record says why not ("reason", with the figure)
             bank = {"state": "cold"} if info is None else {"state": "hot", **info}
-            if info is None and src.kind == "loop" and not has_audio(src.path):
-                # no sound: a bank only where its mouth moves (precompile_source), unknown
-                # until it is precompiled; none is built for a loop whose mouth is still
-                bank = {"state": "none", "reason": "no sound, and no bank built"}
         if src.kind == "speech":  # only a bank: its row is the bank's
             p_avatar = bank.get("key") or bank_plan(store, src.path, recipe, "speech").avatar
             size = store.avatar_bytes(p_avatar) if store and bank["state"] == "hot" else None
@@ -208,7 +225,7 @@ def ls_cmd(ctx: click.Context, as_json: bool) -> None:
 def bank_cell(bank: dict | None) -> str:
     """The `bank` column of `ls`: '-' for stills, mouths in a hot bank, quiet (a loop
     that does not talk: its bank is empty), cold."""
-    if bank is None or bank["state"] == "none":
+    if bank is None:
         return "-"
     if bank["state"] != "hot":
         return "cold"

@@ -12,8 +12,9 @@ track, landmarks (shared with the clip's avatar, by key), then the bank stage, a
 record of its own in the avatar table (`"kind": "bank"`) naming only the bank stage,
 so the clip's frames are not kept for it. `precompile_source` is what the watcher and
 the CLI call for a file: a still's avatar; a loop's avatar and its bank, with or without
-sound: with sound always (empty when it does not talk, so the question is asked once),
-without only when its mouth moves as a talker's; a `speech.mp4`'s bank.
+sound (empty, saying why, when it does not talk, so the question is asked once); a
+`speech.mp4`'s bank. A render's just-in-time build makes the same avatar and bank
+(`precompile_with_bank`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from cachestore.errors import MissingStageError, StoreFullError, StoreNotWritableError
 from cachestore.flight import DEFAULT_WAIT, Holder, single_flight
@@ -356,29 +355,29 @@ def precompile_source(
     """What a file in the personas folder needs hot: (the report whose key names the
     file's row: its avatar, or a speech clip's bank; the bank's report of a loop, or
     None). `options` are precompile's."""
-    from pipeline.media import has_audio, is_still
     from pipeline.personas import is_speech
     from pipeline.precompile.recipe import for_speech
 
     path = Path(path)
     if is_speech(path):
         return precompile(path, for_speech(recipe), store, bank=True, **options), None
+    return precompile_with_bank(path, recipe, store, **options)
+
+
+def precompile_with_bank(
+    path: str | Path, recipe: Recipe, store: Store, **options
+) -> tuple[PrecompileReport, PrecompileReport | None]:
+    """A file's avatar and, for a loop, its bank: (the avatar's report, the bank's or
+    None for a still). A render's just-in-time build calls this for the file it renders,
+    whatever its name. `options` are precompile's."""
+    from pipeline.media import is_still
+
+    path = Path(path)
     report = precompile(path, recipe, store, **options)
-    if is_still(path) or not (has_audio(path) or moves(store, report)):
-        return report, None  # a loop with no sound whose mouth hardly moves has no words
-    # any other loop: one shot while speaking, with or without sound, is a bank of its
-    # own mouths (one with sound that is no speech and a still mouth: an empty bank, so
-    # the question is asked once); its first stages are the avatar's
+    if is_still(path):
+        return report, None  # one picture: no footage of a mouth moving
+    # any loop, filmed or rendered, with or without sound, is asked once whether it talks
+    # (`bank.talks`): one that does is a bank of its own mouths; one that does not gets an
+    # empty bank whose record says why, with the figure it was judged on (`resolve` shows
+    # it). Its first stages are the avatar's, so the question costs the bank stage alone.
     return report, precompile(path, recipe, store, bank=True, **options)
-
-
-def moves(store: Store, report: PrecompileReport) -> bool:
-    """Whether the loop `report` made hot shows a face in enough frames for a bank and a
-    mouth that moves as a talker's does (its landmarks stage's openings, `bank.talks`):
-    a loop with no sound is talking footage only then."""
-    from pipeline.mouth.bank import MIN_ENTRIES, mouth_spread, talks
-
-    (key,) = [s.key for s in report.stages if s.name == "landmarks"]
-    landmarks = store.load_arrays(key, ["landmarks"])["landmarks"]
-    faces = int(np.isfinite(landmarks).all(axis=(1, 2)).sum())
-    return faces >= MIN_ENTRIES and talks(mouth_spread(landmarks), 0.0)
