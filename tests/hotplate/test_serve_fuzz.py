@@ -3,7 +3,8 @@ server's own OpenAPI schema, Hypothesis generates the render form's fields and f
 No input may get a 5xx, a traceback or a server path back, and the server stays up.
 
 Bounded: HOTPLATE_FUZZ_EXAMPLES examples per operation (default 15, seconds in all);
-raise it for a longer hunt (e.g. 500)."""
+raise it for a longer hunt (e.g. 500; bench/bench_fuzz.py runs it so). The session routes
+are fuzzed against a live session too (it needs the webrtc extra in the server)."""
 
 import os
 
@@ -90,6 +91,60 @@ def test_no_render_form_gets_a_5xx(
     check(server, answer.status_code, answer.text, f"POST {route} {data!r}")
     if answer.status_code >= 400:
         assert answer.headers["content-type"].startswith("application/problem+json")
+
+
+def test_no_request_to_a_live_session_gets_a_5xx(server):
+    """The session routes from the schema, their session id a live session's (made again
+    when a case ends it: a malformed offer does): every answer a 4xx or 2xx with a
+    one-line problem, or, for POST /v1/sessions on a full server, 503 with Retry-After.
+    Then a session made afresh still answers."""
+    schema = schemathesis.openapi.from_url(server.url + "/openapi.json").include(
+        path_regex="^/v1/sessions"
+    )
+    operations = sum(1 for _ in schema.get_all_operations())
+    modes = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE)
+    live: dict[str, str] = {}
+    seen: set[str] = set()
+
+    def session() -> str:
+        with server.client(headers=AUTH, timeout=120) as c:
+            if live and c.get(f"/v1/sessions/{live['id']}").status_code == 200:
+                return live["id"]
+            made = c.post("/v1/sessions", json={"persona": "astro", "attire": "studio"})
+            assert made.status_code == 201, made.text
+            live["id"] = made.json()["id"]
+            return live["id"]
+
+    @settings(
+        max_examples=EXAMPLES * operations,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=st.one_of(*(schema.as_strategy(mode) for mode in modes)), ours=st.booleans())
+    def call(case, ours):
+        if case.path_parameters and "session_id" in case.path_parameters and ours:
+            case.path_parameters["session_id"] = session()
+        response = case.call(headers=AUTH, timeout=60)
+        seen.add(f"{case.method} {case.path}")
+        what = f"{case.method} {case.formatted_path}"
+        if response.status_code == 503 and case.path == "/v1/sessions":
+            after = response.headers.get("retry-after") or [""]  # schemathesis: lists
+            assert int(after[0] if isinstance(after, list) else after) > 0, what  # the cap
+            return
+        check(server, response.status_code, response.text, what)
+        if response.status_code >= 400:
+            assert "\n" not in response.json()["detail"], what
+
+    try:
+        call()
+        assert len(seen) >= operations // 2, seen
+        with server.client(headers=AUTH, timeout=120) as c:
+            assert c.get(f"/v1/sessions/{session()}").status_code == 200
+    finally:
+        if live:
+            with server.client(headers=AUTH, timeout=120) as c:
+                c.delete(f"/v1/sessions/{live['id']}")
 
 
 def test_the_server_survived_the_fuzz(server):
