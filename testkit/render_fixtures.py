@@ -9,6 +9,8 @@ list of read-only arrays, so a renderer that writes into its input fails loudly.
 
 from __future__ import annotations
 
+import os
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -97,6 +99,15 @@ def full_mask(assets: AvatarAssets, i: int) -> np.ndarray:
 def speech(seconds: float, sr: int = 16000, seed: int = 0) -> np.ndarray:
     """Syllables and pauses (see hotplate.demo_data.make_speech_audio)."""
     return make_speech_audio(seconds, sr, seed)
+
+
+def threads_down_to(limit: int, seconds: float = 10.0) -> int:
+    """This process's thread count once it is `limit` or fewer, or after `seconds`: a
+    thread just joined may be listed a moment longer while it exits; a kept one stays."""
+    deadline = time.monotonic() + seconds
+    while (n := len(os.listdir("/proc/self/task"))) > limit and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return n
 
 
 def write_audio(
