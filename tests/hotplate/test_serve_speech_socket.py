@@ -22,6 +22,7 @@ from hotplate.demo_data import make_speech_audio
 from hotplate.serve.limits import MAX_PCM_MESSAGE, MAX_TEXT_MESSAGE
 from hotplate.serve.speech import CLOSE_CODES, ENDED, IDLE, REPLACED
 from testkit.serve_helpers import Server, make_world, precompiled
+from testkit.speech_fuzz import FORMAT, closed, describe, hostile, run_case
 from testkit.webrtc_peer import WhepPeer
 
 pytestmark = pytest.mark.slow
@@ -32,7 +33,6 @@ ENV = {
     "HOTPLATE_SESSION_OFFER_TIMEOUT": "600",  # sessions here live without a peer
     "HOTPLATE_SPEECH_IDLE_TIMEOUT": str(IDLE_S),
 }
-FORMAT = json.dumps({"sample_rate": 16000, "channels": 1, "format": "s16le"})
 FUZZ_CASES = 120  # seconds in all: each is one socket on loopback
 
 
@@ -50,23 +50,6 @@ def pcm(seconds: float, rate: int = 16000) -> bytes:
 
 def ws_url(srv: Server, session: dict) -> str:
     return srv.url.replace("http", "ws", 1) + session["speech"]
-
-
-async def closed(ws, timeout: float = 20.0) -> tuple[int | None, str]:
-    """The close frame the server sent (code, reason); what it said before is read and
-    dropped. None as the code when the connection ended with no close frame."""
-    from websockets.exceptions import ConnectionClosed
-
-    async def drain() -> None:
-        try:
-            while True:
-                await ws.recv()
-        except ConnectionClosed:
-            pass
-
-    await asyncio.wait_for(drain(), timeout)
-    rcvd = ws.protocol.close_rcvd
-    return (None if rcvd is None else rcvd.code), ("" if rcvd is None else rcvd.reason)
 
 
 async def open_speech(srv: Server, session: dict):
@@ -192,101 +175,23 @@ def test_deep_nesting_and_oversized_messages_close_with_a_reason_and_the_session
 
 # -- the fuzz: a seeded generator of hostile first messages and frames -------------------
 
-WEIRD = [
-    None,
-    True,
-    -1,
-    0,
-    7999,
-    192001,
-    2**63,
-    1e308,
-    float("nan"),
-    "16000",
-    [16000],
-    {"hz": 16000},
-    "",
-    "s16le",
-    "f32le",
-    "\u0000",
-]
-
-
-def hostile(rng: random.Random) -> list:
-    """One case: what a hostile client sends, as a list of (kind, payload)."""
-    big = rng.choice([MAX_TEXT_MESSAGE - 10, MAX_TEXT_MESSAGE + 1, 200_000])
-    depth = rng.choice([10, 900, 5000, 60_000])
-    fields = {k: rng.choice(WEIRD) for k in ("sample_rate", "channels", "format")}
-    fields = {k: v for k, v in fields.items() if rng.random() < 0.8}
-    firsts = [
-        ("text", "[" * depth),
-        ("text", "{" + '"a":{' * depth),
-        ("text", json.dumps({"sample_rate": 16000, "pad": "x" * big})),
-        ("text", json.dumps(fields)),
-        ("text", json.dumps(rng.choice(WEIRD))),
-        ("text", ""),
-        ("text", "not json {"),
-        ("text_bytes", rng.choice([b"\xff\xfe", b"{\xc3\x28}", b'{"a": "\xed\xa0\x80"}'])),
-        ("bytes", rng.randbytes(rng.choice([0, 1, 3, 9600]))),
-        ("bytes", b""),
-        ("fragments", ["{", '"sample_rate": 16000', "}"]),
-        ("fragments", [b"\x00" * 10, b"\x01" * 10]),
-        ("fragments", ["[" * 3000] * 3),
-        ("text", FORMAT),
-    ]
-    frames = [
-        ("bytes", rng.randbytes(rng.choice([0, 1, 3, 4097]))),
-        ("text", json.dumps({"type": rng.choice(WEIRD)})),
-        ("text", json.dumps({"type": "end_of_turn", "x": [1]})),
-        ("text", json.dumps({"type": "interrupt"})),
-        ("text", json.dumps({"type": "end_of_turn"})),
-        ("text", "[" * depth),
-        ("text_bytes", b"\x80abc"),
-        ("fragments", [b"ab", b"cd"]),
-        ("fragments", ['{"type": ', '"end_of_turn"}']),
-        ("bytes", bytes(MAX_PCM_MESSAGE + rng.choice([1, 5000]))),
-        ("text", "x" * big),
-    ]
-    case = [rng.choice(firsts)]
-    if case[0] == ("text", FORMAT) or rng.random() < 0.3:
-        case += [rng.choice(frames) for _ in range(rng.randint(1, 4))]
-    return case
-
-
-async def send(ws, kind: str, payload) -> None:
-    if kind == "text_bytes":  # text whose bytes are not UTF-8
-        await ws.send(payload, text=True)
-    else:
-        await ws.send(payload)
-
 
 def test_hostile_first_messages_and_frames_end_in_a_documented_close(server):
     """FUZZ_CASES seeded cases (seed printed): each socket ends in a close frame whose code
     is one of speech.CLOSE_CODES, or, its messages all taken, in the 1003 its last bogus
     message earns; no traceback in the log; then a normal session plays."""
-    from websockets.exceptions import ConnectionClosed
-
     seed = int(os.environ.get("HOTPLATE_FUZZ_SEED") or random.randrange(1 << 32))
     print(f"speech socket fuzz seed {seed}")
     rng = random.Random(seed)
 
     async def run() -> None:
-        import websockets
-
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
             s = (await c.post("/v1/sessions", json=ASTRO)).json()
             seen: dict[int, int] = {}
             for number in range(FUZZ_CASES):
                 case = hostile(rng)
-                async with websockets.connect(ws_url(server, s), max_size=None) as ws:
-                    try:
-                        for kind, payload in case:
-                            await send(ws, kind, payload)
-                        await ws.send(json.dumps({"type": "bogus"}))
-                    except ConnectionClosed:
-                        pass  # closed mid-case: the code is read below
-                    code, reason = await closed(ws)
-                what = f"case {number} (seed {seed}): {[(k, repr(p)[:60]) for k, p in case]}"
+                code, reason = await run_case(ws_url(server, s), case)
+                what = f"case {number} (seed {seed}): {describe(case)}"
                 assert code in CLOSE_CODES | {1007, 1009}, f"{what} -> {code} {reason!r}"
                 assert reason and "\n" not in reason, f"{what} -> {code} {reason!r}"
                 seen[code] = seen.get(code, 0) + 1
