@@ -23,9 +23,21 @@ setup-demo:
     {{py}} -m pip install -q -e '.[demo]'
     touch .venv/.setup-demo
 
-# create .venv with the project, every extra the tests need and the dev tools, each at the
-# newest release its range in pyproject.toml allows (idempotent: it runs again when
-# pyproject.toml changes, or always with HOTPLATE_FRESH=1, as .ci/run sets it)
+# (the full install, `setup`, has them too)
+# create .venv with the core and the dev tools only (no torch, WebRTC, Pipecat or Debian packages): what `just test-quick` needs
+setup-quick:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    for stamp in .venv/.setup-done .venv/.setup-quick; do
+        if [ -z "${HOTPLATE_FRESH:-}" ] && [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then exit 0; fi
+    done
+    [ -x {{py}} ] || python3 -m venv .venv
+    {{py}} -m pip install -q --upgrade pip
+    {{py}} -m pip install -q --upgrade --upgrade-strategy eager -e '.[dev]'
+    touch .venv/.setup-quick
+
+# (idempotent: it runs again when pyproject.toml changes, or always with HOTPLATE_FRESH=1, as .ci/run sets it)
+# create .venv with the project, every extra the tests need and the dev tools, each at the newest release its range allows
 setup:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -63,6 +75,11 @@ demo: setup-demo
 # run the whole test suite (CI runs exactly this)
 test *ARGS: setup
     {{py}} -m pytest -q -ra --durations=15 {{ARGS}}
+
+# (`pytest -m quick`, run as if nothing else were installed: tests/quick_tier.py)
+# the quick tier: every package's unit tests and a render of a small loop, with the core and [dev] only
+test-quick *ARGS: setup-quick
+    {{py}} -m pytest -q -ra -m quick --durations=10 {{ARGS}}
 
 # only the slow reliability tests
 test-slow: setup

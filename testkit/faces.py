@@ -18,6 +18,7 @@ referee makes of the variant.
 from __future__ import annotations
 
 import importlib.util
+import os
 import tomllib
 from dataclasses import dataclass
 from functools import cache
@@ -85,7 +86,9 @@ def source_file(src: Source) -> Path:
     fails under CI, when the package is missing)."""
     if src.package.startswith("deb:"):
         path = Path(src.path)
-        require(path.is_file(), f"{path} missing: apt-get install {src.package[4:]} (`just setup`)")
+        # the quick tier (tests/quick_tier.py) runs as a machine with no Debian package
+        there = path.is_file() and not os.environ.get("HOTPLATE_NO_DEBIAN_FILES")
+        require(there, f"{path} missing: apt-get install {src.package[4:]} (`just setup`)")
         return path
     top = src.path.split("/", 1)[0]
     spec = importlib.util.find_spec(top)  # finds the directory without importing it

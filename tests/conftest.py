@@ -7,16 +7,23 @@ PYTHONPATH, inherited by every child, puts this checkout first.
 
 testkit (shared with the benches) imports no pytest: it raises
 `testkit.preconditions.Missing`, which the hooks below turn into a skip, or a failure
-when `CI` is set (a skip in CI would hide the very failure the test is there for)."""
+when `CI` is set (a skip in CI would hide the very failure the test is there for).
+
+`pytest -m quick` (`just test-quick`) runs as a machine with only the core and the dev
+extra would (tests/quick_tier.py): the other extras and the Debian tools are not there,
+and a missing precondition fails a quick test. A module that imports an extra at its top
+is left out of collection where that extra is not installed, and the header says so."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
 from testkit.preconditions import Missing
+from tests import quick_tier
 
 ROOT = Path(__file__).resolve().parents[1]
 _rest = os.environ.get("PYTHONPATH", "")
@@ -24,15 +31,56 @@ if not _rest.split(os.pathsep)[0] == str(ROOT):
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), _rest) if p)
 
 
+# test modules that import an extra at their top -> the module it brings
+NEED_AT_IMPORT = {"hotplate/test_pipecat.py": "pipecat", "pipeline/test_detectors.py": "torch"}
+collect_ignore: list[str] = []  # pytest reads it at collection; pytest_configure fills it
+QUICK = False  # `-m quick`: the quick tier, run without the extras
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global QUICK
+    QUICK = config.option.markexpr.split()[:1] == ["quick"]
+    if QUICK:
+        quick_tier.go_without()
+        site = str(ROOT / "tests" / "quick_site")  # and so do the processes it starts
+        os.environ["PYTHONPATH"] = os.pathsep.join([site, os.environ["PYTHONPATH"]])
+    for path, module in NEED_AT_IMPORT.items():
+        if (QUICK or not os.environ.get("CI")) and importlib.util.find_spec(module) is None:
+            collect_ignore.append(path)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A slow test is not in the quick tier, whatever its module's mark says."""
+    if QUICK and (slow := [i for i in items if i.get_closest_marker("slow")]):
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [i for i in items if not i.get_closest_marker("slow")]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    if QUICK:
+        lines.append("quick tier: the core and [dev] only (tests/quick_tier.py)")
+    if collect_ignore:
+        lines.append(f"not collected, an extra they import is not installed: {collect_ignore}")
+    return lines
+
+
 def missing(reason: Missing) -> None:
-    """Skip for `reason`; fail under CI."""
+    """Skip for `reason`; fail under CI, and in the quick tier when it is something the
+    tier goes without (a quick test needs only the core and [dev])."""
     if os.environ.get("CI"):
         pytest.fail(f"{reason}; CI must provide it (see `just setup`)", pytrace=False)
+    if QUICK and (without := quick_tier.gone(str(reason))):
+        pytest.fail(
+            f"{reason}; the quick tier goes without {without}: this test is not quick",
+            pytrace=False,
+        )
     pytest.skip(str(reason))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):  # fixtures that start nginx, read the test faces, ...
+    quick_tier.hidden.clear()
     try:
         return (yield)
     except Missing as e:

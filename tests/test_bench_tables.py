@@ -14,6 +14,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import tables  # noqa: E402  (bench/tables.py)
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 README = """# project
 
 prose above, kept as it is

@@ -16,6 +16,8 @@ import pytest
 
 from testkit.preconditions import require
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 250
 QUICK_START = ["python3 -m pip install rust-just && just demo", "just test"]

@@ -7,7 +7,12 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["cachestore", "pipeline", "watcher", "hotplate"]  # bottom first
@@ -96,3 +101,101 @@ def test_cachestore_imports_without_ray():
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr.strip().splitlines()[-1]
+
+
+def imported(node: ast.AST, into: set[str]) -> None:
+    if isinstance(node, ast.Import):
+        into.update(a.name for a in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        into.update([node.module] + [f"{node.module}.{a.name}" for a in node.names])
+
+
+def imports_at_load(tree: ast.Module, run: Callable[[ast.FunctionDef], bool]) -> set[str]:
+    """Modules a module imports when it is loaded (its body and its classes', not
+    `if TYPE_CHECKING:` blocks), and inside the functions `run` names."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and run(node):
+            for inner in ast.walk(node):
+                imported(inner, found)
+            return
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return
+        imported(node, found)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+QUICK_MARK = "pytest.mark.quick"
+
+
+def quick_tests(tree: ast.Module) -> Callable[[ast.FunctionDef], bool]:
+    """Which of a test module's functions are quick tests: all its tests when its
+    `pytestmark` has the mark, else those decorated with it."""
+    module_marked = any(
+        isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in n.targets)
+        and QUICK_MARK in ast.unparse(n.value)
+        for n in tree.body
+    )
+    return lambda f: (
+        f.name.startswith("test_")
+        and (module_marked or any(QUICK_MARK in ast.unparse(d) for d in f.decorator_list))
+    )
+
+
+def test_the_quick_tier_needs_no_extra():
+    """`pytest -m quick` runs with the core and [dev] alone (tests/quick_tier.py): no quick
+    test imports an extra's module, Ray or Playwright, in its body or through what its
+    module loads (test helpers and project modules, as far as they import at load). What
+    a function imports when a quick test calls it is checked where it runs: `-m quick`
+    hides those modules."""
+    from tests.quick_tier import WITHOUT
+
+    known = project_modules()
+    for folder in ("tests", "testkit"):
+        known.update({module_name(p): p for p in (ROOT / folder).rglob("*.py")})
+    trees: dict[str, ast.Module] = {}
+    loads: dict[str, set[str]] = {}
+
+    def tree(m: str) -> ast.Module:  # parsed when reached: most modules never are
+        if m not in trees:
+            trees[m] = ast.parse(known[m].read_text(), str(known[m]))
+        return trees[m]
+
+    def at_load(m: str) -> set[str]:
+        if m not in loads:
+            loads[m] = imports_at_load(tree(m), lambda f: False)
+        return loads[m]
+
+    quick = {
+        m: quick_tests(tree(m))
+        for m, p in known.items()
+        if p.name.startswith("test_") and QUICK_MARK in p.read_text()
+    }
+    assert len(quick) >= 20, sorted(quick)  # the tier is marked (a typo leaves it empty)
+    for p in (ROOT / "tests").rglob("conftest.py"):
+        quick[module_name(p)] = lambda f: False
+    bad = []
+    for root, run in quick.items():
+        seen, todo = {root: [root]}, [root]
+        while todo:
+            m = todo.pop()
+            for name in imports_at_load(tree(m), run) if m == root else at_load(m):
+                if name.split(".")[0] in WITHOUT:
+                    bad.append(" -> ".join(seen[m] + [name]))
+                    continue
+                while name and name not in known:
+                    name = name.rpartition(".")[0]
+                while name:  # the module, and the packages above it, which load first
+                    if name in known and name not in seen:
+                        seen[name] = seen[m] + [name]
+                        todo.append(name)
+                    name = name.rpartition(".")[0]
+    assert bad == [], "the quick tier reaches modules it goes without:\n" + "\n".join(bad)

@@ -12,6 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = """
 import pytest

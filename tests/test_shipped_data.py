@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = (ROOT / "pipeline" / "mouth" / "data", ROOT / "pipeline" / "render" / "mouth" / "data")
 SHA_LINE = re.compile(r"^\s*([0-9a-f]{64})  (\S+)\s*$", re.MULTILINE)

@@ -6,6 +6,8 @@ from hypothesis.extra import numpy as hnp
 
 from cachestore import codec
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 DTYPES = st.sampled_from(
     ["u1", "i1", "<u2", ">i2", "<i4", ">u4", "<i8", "<f2", "<f4", ">f8", "?", "<c8", "S3", "<U2"]
 )

@@ -19,6 +19,8 @@ from cachestore import codec
 from cachestore.gc import collect
 from cachestore.store import Store, forget_store, open_store
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 STAGES = ("track", "crops", "masks")
 SLOTS = 8  # avatar keys the writer keeps overwriting
 WRITES = 60  # avatars the writer writes while four readers read

@@ -15,6 +15,8 @@ import pytest
 
 from tests.cachestore.test_map_growth import ROOT
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 # The parent reads a 1 MiB blob zero-copy, forks a child that opens the same store (and one
 # that uses the inherited handle), then another process deletes the blob and writes new
 # ones of the same size: the parent's view and transaction must be untouched.

@@ -20,6 +20,8 @@ from cachestore.gc import collect
 from cachestore.store import forget_store, open_store
 from cachestore.verify import verify
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 HOUR = 3600.0
 CONTENT_DBS = ("avatar", "stage", "blob")
 

@@ -20,6 +20,8 @@ from cachestore.leases import BARRIER, LEASES, Lease, live_leases
 from cachestore.store import forget_store, open_store
 from tests.hotplate.many_processes import as_json, clean_env, hotplate, read_line
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 LEASER = """
 import sys
 from cachestore.leases import Lease

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # N threads read one stage's array zero-copy (summing it inside the transaction) while the

@@ -16,6 +16,8 @@ from cachestore.store import forget_store, open_store
 from testkit.preconditions import require
 from tests.cachestore.test_map_growth import ROOT
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 # Takes a snapshot of argv[2] in the store at argv[1] (which first cleans the orphans),
 # says where its copy is, and holds it until stdin closes.
 HOLDER = """

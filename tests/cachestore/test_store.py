@@ -13,6 +13,8 @@ from cachestore.store import Store, forget_store, open_store
 from cachestore.verify import verify
 from testkit.preconditions import require
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 
 @pytest.fixture
 def store(tmp_path):

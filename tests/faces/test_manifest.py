@@ -19,6 +19,7 @@ def test_every_source_is_listed_with_its_licence_and_loads():
             assert image.ndim == 3 and image.shape[2] == 3 and image.dtype == np.uint8, label
 
 
+@pytest.mark.quick  # the quick tier (tests/quick_tier.py); the test above reads a Debian file
 @pytest.mark.parametrize("variant", ["upright", "roll+15", "small", "large", "warm"])
 def test_carried_points_agree_with_the_referee_on_the_variant(variant):
     """dlib run afresh on the variant lands where the transform carried its points: the
@@ -35,6 +36,7 @@ def test_carried_points_agree_with_the_referee_on_the_variant(variant):
     assert checked == 3
 
 
+@pytest.mark.quick
 def test_variants_have_the_face_size_and_roll_they_name():
     for s in faces.samples(("astronaut",)):
         height = s.truth[:, 1].max() - s.truth[:, 1].min()

@@ -25,6 +25,8 @@ from hotplate.serve.admission import (
 from hotplate.serve.queue import JobQueue
 from hotplate.serve.records import Job, JobRecords, new_id
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 SIZE = "1080x1920"
 SEEDED = Cost(0.2, 0.8)  # a warm-up: 1 s of audio costs 1.0 s, 4 s cost 3.4 s
 WAV_HEADER = 44

@@ -22,6 +22,8 @@ from hotplate.cli import cli
 from hotplate.settings import load_settings
 from pipeline.catalog import plan_for
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 HOTPLATE = [sys.executable, "-c", "from hotplate.cli import main; main()"]
 HEAVY = ("torch", "cv2", "dlib", "diffusers", "face_alignment", "transformers")
 
@@ -125,7 +127,7 @@ def test_help_for_the_group_and_every_subcommand(env):
 
 
 def test_importing_the_cli_imports_no_heavy_module(env):
-    code = f"import sys, hotplate.cli; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    code = f"import sys, hotplate.cli; print(sorted(m for m in {HEAVY!r} if sys.modules.get(m)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -144,7 +146,7 @@ def test_store_commands_run_without_heavy_modules(env, personas, tmp_path):
         "        cli.main(base + args, prog_name='hotplate', standalone_mode=False)\n"
         "    except SystemExit as exc:\n"
         "        assert not exc.code, (args, exc.code)\n"
-        f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+        f"print('HEAVY', sorted(m for m in {HEAVY!r} if sys.modules.get(m)))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", script, str(personas), str(cache)],

@@ -7,6 +7,8 @@ from hotplate import demo_data as synthetic
 from pipeline.nets.detectors import load_detector
 from pipeline.precompile.tracking import iou
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 
 def test_loop_frames_shape_truth_and_seamless_loop():
     frames, truth = synthetic.make_loop_frames(20, motion="gentle")

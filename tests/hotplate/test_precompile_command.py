@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 
+import pytest
 from click.testing import CliRunner
 
 from hotplate.cli import RECIPE_FLAGS, cli, precompile_command
@@ -12,6 +13,8 @@ from hotplate.cli.common import invocation
 from hotplate.settings import load_settings
 from pipeline.catalog import recipe_for
 from tests.pipeline.test_parity_recipe import upstream_files
+
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
 
 
 def test_recipe_flags_are_precompiles_recipe_options():

@@ -3,9 +3,12 @@ bytes the real writer makes: it hands out one segment per read, however far the 
 is ahead of a slow client, and nothing before a segment's last byte is in the file."""
 
 import numpy as np
+import pytest
 
 from hotplate.serve.stream_jobs import SegmentReader
 from pipeline.render.fmp4 import FragmentWriter
+
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
 
 
 def real_segments(frames: int = 60) -> list[bytes]:

@@ -12,6 +12,8 @@ import pytest
 from testkit.serve_helpers import free_port
 from tests.hotplate import guard_ws_app
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 KEY = "a-fixed-key-for-this-test"
 
 

@@ -3,7 +3,11 @@ on open and its rows read back with no owner (only the admin token may delete th
 
 import sqlite3
 
+import pytest
+
 from hotplate.serve.records import COLUMNS, Job, JobRecords
+
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
 
 
 def test_an_old_jobs_table_gets_the_owner_column(tmp_path):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from tqdm import tqdm
 
 from hotplate.cli.watch import SyncProgress
+
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
 
 
 def test_a_file_joining_a_job_does_not_count_as_another_job():

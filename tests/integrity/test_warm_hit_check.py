@@ -23,6 +23,8 @@ from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
 from testkit.blobs import flip_one_byte
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 FRAMES = 6
 
 

@@ -7,6 +7,8 @@ from pipeline.render.audio import AudioError, load_audio, loudness_envelope, n_v
 from pipeline.render.encode import Mp4Writer
 from testkit.render_fixtures import speech, write_audio
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 SR = 44100
 
 

@@ -5,6 +5,8 @@ from hypothesis import strategies as st
 
 from pipeline.precompile.crops import clamp_box, crop_resize, half_face_box
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 FRAME = (400, 300, 3)  # H, W, C
 TRACKED = np.array([90.0, 100.0, 210.0, 260.0], np.float32)
 

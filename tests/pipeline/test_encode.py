@@ -8,6 +8,8 @@ import pytest
 from pipeline.render.encode import Mp4Writer, aac_rate, fps_fraction
 from testkit.render_fixtures import speech, threads_down_to
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 
 def gradient(t, w, h):
     y, x = np.mgrid[0:h, 0:w]

@@ -9,6 +9,8 @@ from hotplate import demo_data as synthetic
 from pipeline import media
 from pipeline.media import MediaError, decode_frame, encode_frame, iter_frames, make_proxy, probe
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 SMALL = (180, 320)  # width, height
 
 

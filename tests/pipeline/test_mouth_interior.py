@@ -23,6 +23,8 @@ from testkit.faces import relight
 from testkit.mouth_fixtures import detect_box, luma, still_assets
 from testkit.render_fixtures import speech
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 SCALE = 150.0  # lower-face height, px (a face about 450 px tall)
 WIDE, SLIT = 0.3, 0.08  # gap heights, x SCALE: wide open, and barely past a slit
 LOWER_TEETH = 0.6  # lower teeth's luma x the upper's, at least, when wide

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pipeline.precompile.plan import plan
 from pipeline.precompile.recipe import Recipe, describe, for_backend
+
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
 
 
 def upstream_files(root, version):

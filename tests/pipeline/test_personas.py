@@ -12,6 +12,8 @@ import pytest
 
 from pipeline.personas import PersonaError, list_personas, resolve, scan_persona
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 
 def put(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,8 @@ from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
 from pipeline.precompile.tracking import NoFaceError
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 SMALL = (540, 960)
 
 

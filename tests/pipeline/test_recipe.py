@@ -7,6 +7,8 @@ import pytest
 from pipeline.precompile.recipe import Recipe, effective_recipe
 from tests.pipeline.test_parity_recipe import upstream_files
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 
 def test_flags_over_settings_then_persona_toml():
     settings = Recipe(bbox_shift=3, stride=2)

@@ -16,6 +16,8 @@ from pipeline.render.schedule import schedule
 from pipeline.render.video import render_video
 from testkit.render_fixtures import FULL, build_assets, full_mask, read_video, speech
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -14,6 +14,8 @@ from pipeline.nets.landmarks5 import MIRROR, TEMPLATE_68, fit_affine, points_fro
 from pipeline.precompile.recipe import Recipe, parse_face_hint
 from pipeline.precompile.tracking import iou, select_face, track
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 
 @pytest.fixture(scope="module")
 def retina():

@@ -5,6 +5,8 @@ from hypothesis import strategies as st
 
 from pipeline.render.schedule import frame_index, schedule
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 CASES = [
     (1, "pingpong", [0] * 10),
     (1, "cycle", [0] * 10),

@@ -17,6 +17,8 @@ from pipeline.render.schedule import schedule
 from pipeline.render.video import render_video
 from testkit.render_fixtures import build_assets, speech, threads_down_to
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 FPS = 25.0
 
 

@@ -14,6 +14,8 @@ from pipeline.precompile.tracking import (
     track_naive,
 )
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 NO_REFINE = {"refine_iou": 0.0, "refine_shift": float("inf")}
 
 

@@ -14,6 +14,8 @@ from pipeline.render.audio import mouth_spread, spectral_centroid
 from pipeline.render.renderers.warp import UPPER_SHARE, WarpRenderer, _lip_lines
 from testkit.render_fixtures import FULL, build_assets, speech
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 SR = 48000
 # CIE76 colour difference of the teeth's mean colour, rendered vs stored. Measured
 # 0.2 (dlib points) to 1.7 (retinaface points) on the loudest frames; the renderer

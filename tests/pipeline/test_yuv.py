@@ -9,6 +9,8 @@ import pytest
 from hotplate import demo_data
 from pipeline.yuv import copy_frame, frame_from_rgb, paste_patch, planes, sparse_rgb, to_rgb
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 
 def frame_of(w: int, h: int):
     rgb = demo_data.render_frame(demo_data.loop_params(1, (w, h))[0], (w, h))

@@ -26,6 +26,8 @@ from watchdog.events import (
 from watcher import events as ev
 from watcher.events import Change, ChangeQueue, EnqueueHandler, judge, to_change
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 ROOT = Path("/srv/personas")
 
 

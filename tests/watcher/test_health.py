@@ -13,6 +13,8 @@ import pytest
 from watcher import health
 from watcher.health import DaemonRunningError, Lock, describe, lock_held, write_heartbeat
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 HOLD = """
 import sys, time
 from pathlib import Path

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cachestore.store import open_store
 from pipeline.precompile.plan import plan
 from pipeline.precompile.recipe import Recipe
@@ -16,6 +18,8 @@ from watcher.keys import Keys
 from watcher.outcomes import Outcomes, Summary
 from watcher.settle import Settler
 from watcher.sources import HOT, QUEUED, load_rows
+
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
 
 
 def intake_of(root: Path, cache: Path) -> tuple[Intake, JobQueue, Settler]:

@@ -14,6 +14,8 @@ from pipeline.precompile.recipe import Recipe
 from watcher.jobs import JobQueue, Outcome, WorkerFatalError, WorkerPool, backoff_delay, exit_reason
 from watcher.sources import stat_of
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 TEST_JOB = "tests.watcher.testjobs:record"
 STAT = FileStat(1, 2, 3, 4, 5)
 RECIPE = Recipe(max_frames=8)

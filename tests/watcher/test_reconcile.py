@@ -15,6 +15,8 @@ from pipeline.precompile.recipe import Recipe
 from watcher.reconcile import scan, source_at
 from watcher.sources import FAILED, HOT, QUEUED, load_rows, new_row, put_rows, stat_of
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 RECIPE = Recipe(max_frames=8)
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from watcher.settle import Settler
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 
 class Clock:
     def __init__(self) -> None:

@@ -19,6 +19,8 @@ from tests.watcher.helpers import (
 )
 from watcher.health import describe
 
+pytestmark = pytest.mark.quick  # the quick tier (tests/quick_tier.py)
+
 
 @pytest.mark.slow
 def test_sync_makes_everything_hot_once(personas, cache):
