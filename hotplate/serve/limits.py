@@ -29,3 +29,8 @@ SPEECH_SOCKETS_PER_SESSION = 1  # a newer socket replaces the older (speech.py)
 # sets another (the tests' servers use a short one)
 SPEECH_IDLE_TIMEOUT = float(os.environ.get("HOTPLATE_SPEECH_IDLE_TIMEOUT", "120"))
 SPEECH_START_TIMEOUT = 10.0  # s: for the speech socket's first message, the format
+# s of speech a session's worker queues, not yet said; more is refused (talk.py tells the
+# server, which answers the client's next message with 429 or a 1008 close);
+# HOTPLATE_SPEECH_QUEUE_SECONDS sets another (a test's server, to reach it within the
+# pace: 60 s ahead of what has played)
+SPEECH_QUEUE_SECONDS = float(os.environ.get("HOTPLATE_SPEECH_QUEUE_SECONDS", "120"))

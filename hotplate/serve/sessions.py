@@ -15,7 +15,12 @@ logs one line: `session <id> ended after <s> s: <why> (<figures>)`.
 
 What a session holds is bounded (limits.py): one speech socket (speech.py; a newer one
 replaces it), closed the moment the session starts to end, before the worker is waited
-for, so that nothing of a session outlives it by more than a moment.
+for, so that nothing of a session outlives it by more than a moment. Speech is bounded
+twice: here by the pace (MAX_AHEAD s ahead of the wall clock), in the worker by its queue
+(limits.SPEECH_QUEUE_SECONDS, which a render slower than real time reaches within the
+pace); the worker's refusal comes as an event, after the speech it refused was sent, so
+it is kept and said to the client's next message of speech (PCM or end of turn: 429, or
+the socket's 1008 close), once; an interrupt empties the queue and forgets it.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class Session:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     closing: bool = False  # it is ending: no new socket or call is taken
     speech: SpeechSocket | None = None  # its one open speech socket
+    refusal: tuple[int, str] | None = None  # (status, line): the worker refused speech
 
     def pace(self, seconds: float) -> None:
         """Count `seconds` of speech pushed now; Problem 429 when it runs more than
@@ -78,6 +84,12 @@ class Session:
                 "send it as it is spoken, or interrupt first",
             )
         self.queued_until = ahead
+
+    def check_refusal(self) -> None:
+        """Problem with the worker's last refusal of speech, once (module doc)."""
+        if self.refusal is not None:
+            (status, error), self.refusal = self.refusal, None
+            raise Problem(status, error)
 
 
 class Sessions:
@@ -222,7 +234,9 @@ class Sessions:
 
     async def pcm(self, s: Session, rate: int, channels: int, data: bytes) -> None:
         """Forward PCM, in control messages of at most MAX_PCM_MESSAGE bytes (what the
-        worker takes); Problem 429 past the pace, 404 once the session has ended."""
+        worker takes); Problem 429 past the pace or with the worker's refusal of earlier
+        speech (this piece is not sent), 404 once the session has ended."""
+        s.check_refusal()
         s.pace(len(data) / (2 * channels * rate))
         step = limits.MAX_PCM_MESSAGE
         try:
@@ -230,6 +244,12 @@ class Sessions:
                 await wire.send_pcm(s.writer, rate, channels, data[at : at + step])
         except (ConnectionError, RuntimeError):
             raise Problem(404, f"session {s.id} has ended") from None
+
+    async def end_of_turn(self, s: Session) -> None:
+        """The turn ends (the speech queued plays out to its last sample); then Problem
+        429 when the worker refused some of it."""
+        await self.send(s, {"op": "end_of_turn"})
+        s.check_refusal()
 
     def attach_speech(self, s: Session, sock: SpeechSocket) -> None:
         """`sock` is the session's speech socket now; an older one is closed (4409)."""
@@ -257,8 +277,11 @@ class Sessions:
         return task
 
     async def interrupt(self, s: Session) -> None:
+        """Drop the queued speech; answered by the worker, so that every refusal of
+        speech sent before it has come, and is forgotten with it."""
         s.queued_until = time.monotonic()
-        await self.send(s, {"op": "interrupt"})
+        await self.call(s, {"op": "interrupt"})
+        s.refusal = None
 
     async def end(self, s: Session, why: str) -> None:
         """Hang up and wait (HANGUP_GRACE s at most, then the worker is killed)."""
@@ -284,6 +307,8 @@ class Sessions:
                         fut.set_result(msg)
                 elif msg.get("event") == "connected":
                     s.connected = True
+                elif msg.get("event") == "refused":  # said to the client's next speech
+                    s.refusal = (int(msg.get("status") or 429), str(msg.get("error")))
                 elif msg.get("event") == "ended":
                     s.why = msg.get("why")
                     s.figures = {k: v for k, v in msg.items() if k not in ("event", "why")}

@@ -8,7 +8,8 @@ before they are parsed and for shape after; the session's end closes it at once.
 refusal is a text message {"type": "error", "code", "detail"} and then a close frame
 whose reason is the same one line, with a code from CLOSE_CODES (below): 1003 a kind of
 message or a format it does not take, 1007 text that is not a flat JSON object (or not
-UTF-8), 1008 no such session or speech too far ahead, 1009 a message over its limit,
+UTF-8), 1008 no such session, speech too far ahead or refused by the worker (its queue
+full: said to the next PCM or end_of_turn), 1009 a message over its limit,
 1011 a server bug, 4408 idle, 4409 replaced by a newer socket, 4410 the session ended.
 """
 
@@ -27,7 +28,7 @@ log = logging.getLogger("hotplate.serve")
 
 UNSUPPORTED = 1003  # a message of a kind the socket does not take, or a format it cannot play
 INVALID = 1007  # text that is not UTF-8, not JSON, or JSON of the wrong shape
-POLICY = 1008  # no live session of this client, speech too far ahead, no format in time
+POLICY = 1008  # no session of this client, speech too far ahead or refused, no format in time
 TOO_BIG = 1009  # a message over its kind's limit (limits.py)
 INTERNAL = 1011  # the server failed (a bug: the log has the one line)
 IDLE = 4408  # no message for SPEECH_IDLE_TIMEOUT s
@@ -127,7 +128,7 @@ async def serve(ws: Any, svc: Any, session_id: str, client: Any) -> None:
                 continue
             kind = parse_text(msg).get("type")
             if kind == "end_of_turn":
-                await sessions.send(s, {"op": "end_of_turn"})
+                await sessions.end_of_turn(s)
             elif kind == "interrupt":
                 await sessions.interrupt(s)
             else:
@@ -136,7 +137,7 @@ async def serve(ws: Any, svc: Any, session_id: str, client: Any) -> None:
                 )
     except Refused as exc:
         await me.close(exc.code, exc.detail)
-    except Problem as exc:  # the pace (429) or a session that ended under it (404)
+    except Problem as exc:  # the pace or the worker's queue (429), a session ended (404)
         await me.close(ENDED if exc.status == 404 else POLICY, exc.detail)
     except Exception as exc:  # noqa: BLE001 - a bug must still close with one line
         if type(exc).__name__ != "WebSocketDisconnect":

@@ -18,9 +18,11 @@ What a session holds is bounded, whatever a client sends:
 - leases: a switch leases the new avatar and releases the one it leaves once a frame
   of the new one is out (the old one is read until then); switches run one at a time,
   so a session holds two leases at most, and one when no switch is pending;
-- speech: what would queue past the conversation's MAX_QUEUE_SECONDS (120 s) is
-  refused, with an event that says so ({"event": "refused", "error", "status": 429});
-  the session and its control channel go on;
+- speech: what would queue past limits.SPEECH_QUEUE_SECONDS (120 s) is refused, with
+  an event that says so ({"event": "refused", "error", "status": 429}; the server
+  answers the client's next message with it); the session and its control channel go
+  on, and an interrupt empties the queue (answered when it carries an id, so that the
+  server knows every refusal from before it has come);
 - trickled candidates: MAX_CANDIDATES per peer, each naming an address ICE may check
   (trickle.py); queued sound and pictures: rtc.py.
 """
@@ -37,6 +39,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from hotplate.serve import limits
 from hotplate.serve import talk_wire as wire
 from hotplate.serve.trickle import (
     MAX_CANDIDATES,
@@ -100,6 +103,7 @@ def run_talk_job(
             loop=first.options.get("loop") or settings["loop"],
             models_dir=first.recipe.models_dir,
             vae=first.recipe.vae or None,
+            max_queue=limits.SPEECH_QUEUE_SECONDS,
         )
         with conv:
             session = TalkSession(conv, fields, switched, status_for)
@@ -263,7 +267,7 @@ class TalkSession:
             await self._operation(body)
 
     async def _speech(self, rate: int, channels: int, pcm: bytes) -> None:
-        """Queue the PCM; past MAX_QUEUE_SECONDS it is refused, and the server told."""
+        """Queue the PCM; past SPEECH_QUEUE_SECONDS it is refused, and the server told."""
         seconds = len(pcm) / (2 * channels * rate) if rate and channels else 0.0
         try:
             self.conv.push_speech(pcm, rate, channels)
@@ -286,6 +290,7 @@ class TalkSession:
             self.conv.end_of_turn()
         elif op == "interrupt":
             self.interrupt()
+            await self._reply(msg, {})
         elif op == "hangup":
             self.end(str(msg.get("why") or "the session was ended"))
         elif op == "stats":

@@ -11,8 +11,10 @@ server -> worker: {"op": "offer", "id", "sdp"} -> {"id", "sdp"} | {"id", "error"
                   {"op": "switch", "id", "persona", "attire", "motion"} -> {"id"} | error;
                   {"op": "candidates", "id", "sdpfrag"} -> {"id", "added"} | error;
                   {"op": "stats", "id"} -> {"id", ...figures};
-                  {"op": "end_of_turn"}, {"op": "interrupt"}, {"op": "hangup", "why"}; PCM.
-worker -> server: the answers, and {"event": "connected"}, {"event": "ended", "why"}.
+                  {"op": "interrupt", "id"?} -> {"id"} when it has an id;
+                  {"op": "end_of_turn"}, {"op": "hangup", "why"}; PCM.
+worker -> server: the answers, and {"event": "connected"}, {"event": "ended", "why"},
+                  {"event": "refused", "error", "status"} (speech past its queue).
 """
 
 from __future__ import annotations

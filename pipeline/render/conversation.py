@@ -5,9 +5,11 @@ track, a Pipecat output, a test). Nothing here knows about a network.
 The interface (stable: the WebRTC sessions and the Pipecat service are built on it):
 
     conv = Conversation(assets, backend="warp", fps=None, audio_rate=48000,
-                        models_dir=None, device=None, loop="pingpong", vae=None)
+                        models_dir=None, device=None, loop="pingpong", vae=None,
+                        max_queue=MAX_QUEUE_SECONDS)
     conv.fps, conv.width, conv.height, conv.audio_rate, conv.samples_per_frame
-    conv.push_speech(pcm, rate, channels)  # s16le interleaved, any chunking, any thread
+    conv.push_speech(pcm, rate, channels)  # s16le interleaved, any chunking, any thread;
+                         # ValueError, the piece dropped, past max_queue s queued
     conv.end_of_turn()   # what is queued is the whole utterance: play it out
     conv.interrupt()     # drop the queued speech: the next frame rests, its audio silent
     conv.switch(assets)  # another attire or motion, from the next loop point on
@@ -89,8 +91,9 @@ class _Speech:
     """The queued speech at two rates (the output's and the renderer's), with the time
     each pushed chunk arrived. Every method is called with the conversation's lock."""
 
-    def __init__(self, out_rate: int, render_rate: int) -> None:
+    def __init__(self, out_rate: int, render_rate: int, max_queue: float) -> None:
         self.out_rate, self.render_rate = out_rate, render_rate
+        self.max_queue = max_queue  # s of speech queued and not played; more is refused
         self.decoders: tuple[PcmDecoder, PcmDecoder] | None = None
         self.fmt: tuple[int, int] | None = None
         self.out = np.zeros(0, np.float32)
@@ -120,10 +123,8 @@ class _Speech:
         self.decoders, self.fmt = None, None
 
     def _add(self, out: np.ndarray, ren: np.ndarray) -> None:
-        if self.out.size + out.size > MAX_QUEUE_SECONDS * self.out_rate:
-            raise ValueError(
-                f"over {MAX_QUEUE_SECONDS:g} s of speech queued; push it as it is spoken"
-            )
+        if self.out.size + out.size > self.max_queue * self.out_rate:
+            raise ValueError(f"over {self.max_queue:g} s of speech queued; push it as it is spoken")
         self.out = np.concatenate([self.out, out])
         self.ren = np.concatenate([self.ren, ren])
 
@@ -172,6 +173,7 @@ class Conversation:
         device: str | None = None,
         loop: str = "pingpong",
         vae: str | None = None,
+        max_queue: float = MAX_QUEUE_SECONDS,
     ) -> None:
         from pipeline.render.renderers import load_renderer
         from pipeline.render.schedule import LOOP_MODES
@@ -193,7 +195,7 @@ class Conversation:
         self.loop = loop
         self.context = int(round(CONTEXT_SECONDS * self.fps))
         self._lock = threading.Lock()
-        self._speech = _Speech(self.audio_rate, self.sr)
+        self._speech = _Speech(self.audio_rate, self.sr, float(max_queue))
         self._running = False  # the last frame took speech
         self._hush = False  # interrupted: the next frame's window is silence
         # renderer-rate samples of the frames before: silence to begin with, as after an

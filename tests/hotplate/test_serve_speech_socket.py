@@ -1,8 +1,9 @@
 """A conversation session's speech socket bounded (issue 64), on a real `hotplate serve`
 with real sessions (a worker each, aiortc in it) and real `websockets` clients: one socket
-per session, an idle limit, the session's end closing it, malformed and oversized
-messages closed with a documented code and a one-line reason, and a seeded fuzz of hostile
-first messages and frames after which a normal session still plays.
+per session, an idle limit, the session's end closing it, speech past the worker's queue
+said to the client, malformed and oversized messages closed with a documented code and a
+one-line reason, and a seeded fuzz of hostile first messages and frames after which a
+normal session still plays.
 
 It needs the webrtc extra in the server (a session needs aiortc), so it is not in the
 quick tier. Every wait is on an event (a close frame, a 404) with a deadline."""
@@ -28,10 +29,14 @@ from testkit.webrtc_peer import WhepPeer
 pytestmark = pytest.mark.slow
 ASTRO = {"persona": "astro", "attire": "studio"}
 IDLE_S = 3.0  # HOTPLATE_SPEECH_IDLE_TIMEOUT for this server
+# HOTPLATE_SPEECH_QUEUE_SECONDS: the worker's queue of speech, small enough to reach inside
+# the pace (60 s ahead of the wall clock) without a minute of sending
+QUEUE_S = 3.0
 ENV = {
     "HOTPLATE_SESSION_ICE_TIMEOUT": "5",
     "HOTPLATE_SESSION_OFFER_TIMEOUT": "600",  # sessions here live without a peer
     "HOTPLATE_SPEECH_IDLE_TIMEOUT": str(IDLE_S),
+    "HOTPLATE_SPEECH_QUEUE_SECONDS": str(QUEUE_S),
 }
 FUZZ_CASES = 120  # seconds in all: each is one socket on loopback
 
@@ -137,6 +142,63 @@ def test_the_sessions_end_closes_its_speech_socket_within_a_second(server):
 SDP = {"content-type": "application/sdp"}
 
 
+async def refused_past(c: httpx.AsyncClient, sid: str, seconds: float) -> dict:
+    """The session's figures once its worker has refused more than `seconds` of speech in
+    all (the refusal event precedes the stats answer on the control channel, so the
+    server holds it by then); 20 s at most."""
+    deadline = time.monotonic() + 20
+    while True:
+        figures = (await c.get(f"/v1/sessions/{sid}")).json()
+        if figures["refused_speech_seconds"] > seconds:
+            return figures
+        assert time.monotonic() < deadline, f"no speech refused past {seconds} s: {figures}"
+        await asyncio.sleep(0.1)
+
+
+def test_speech_the_worker_refuses_is_said_to_the_client_and_the_session_lives(server):
+    """Speech past the worker's queue (no peer here: nothing plays, so all of it stays
+    queued) is refused there; the server says the worker's one line to the client's next
+    speech: a 1008 close on the socket, a 429 to a POST, once. The session lives on and,
+    after an interrupt, takes speech again. (The server dropped the worker's event: the
+    socket took speech on and on, refused unseen.)"""
+    over = pcm(QUEUE_S + 1)  # more than the queue holds: refused whole
+
+    async def run() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            s = (await c.post("/v1/sessions", json=ASTRO)).json()
+            post = f"/v1/sessions/{s['id']}/speech?sample_rate=16000"
+            ws = await open_speech(server, s)
+            await ws.send(over)
+            figures = await refused_past(c, s["id"], 0)
+            line = figures["refused_speech"]
+            assert f"over {QUEUE_S:g} s of speech queued" in line and "\n" not in line, line
+            await ws.send(pcm(0.1))  # the next speech is told
+            said = json.loads(await asyncio.wait_for(ws.recv(), 20))
+            assert said == {"type": "error", "code": 1008, "detail": line}, said
+            code, reason = await closed(ws)
+            assert code == 1008 and reason == line[:120], (code, reason)
+
+            assert (await c.get(f"/v1/sessions/{s['id']}")).status_code == 200
+            ws = await open_speech(server, s)
+            await ws.send(over)
+            figures = await refused_past(c, s["id"], figures["refused_speech_seconds"])
+            line = figures["refused_speech"]
+            r = await c.post(post, content=pcm(0.1))
+            assert r.status_code == 429 and r.json()["detail"] == line, r.text
+            r = await c.post(post, content=pcm(0.1))  # said once: this one is taken
+            assert r.status_code == 204, r.text
+
+            await ws.send(over)
+            await refused_past(c, s["id"], figures["refused_speech_seconds"])
+            assert (await c.post(s["interrupt"])).status_code == 204  # forgets the refusal
+            await alive(server, s)  # a new socket's speech is taken, its bogus message 1003
+            await ws.close()
+            assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204
+        assert "Traceback" not in server.log_text(tail=None)
+
+    asyncio.run(run())
+
+
 def test_deep_nesting_and_oversized_messages_close_with_a_reason_and_the_session_lives(server):
     """The issue's 100,000 brackets (over the text limit: 1009), brackets under the limit
     (past Python's recursion limit: 1007), a 9 MB PCM message (uvicorn's limit, 1009):
@@ -195,8 +257,8 @@ def test_hostile_first_messages_and_frames_end_in_a_documented_close(server):
                 assert code in CLOSE_CODES | {1007, 1009}, f"{what} -> {code} {reason!r}"
                 assert reason and "\n" not in reason, f"{what} -> {code} {reason!r}"
                 seen[code] = seen.get(code, 0) + 1
-                if code == 1008 and "ahead" in reason:
-                    await c.post(s["interrupt"])  # the pace refused: start it again
+                if code == 1008 and ("ahead" in reason or "refused" in reason):
+                    await c.post(s["interrupt"])  # the pace or the queue: start it again
             print(f"close codes seen: {dict(sorted(seen.items()))}")
             assert (await c.get(f"/v1/sessions/{s['id']}")).status_code == 200
             assert (await c.delete(f"/v1/sessions/{s['id']}")).status_code == 204

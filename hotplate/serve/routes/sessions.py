@@ -205,7 +205,8 @@ async def switch(svc: Svc, caller: Caller, session_id: str, body: SwitchRequest)
 async def speech_post(
     svc: Svc, caller: Caller, session_id: str, request: Request, sample_rate: int, channels: int = 1
 ) -> Response:
-    """One turn of PCM (s16le) as the body, sent as it is spoken (chunked)."""
+    """One turn of PCM (s16le) as the body, sent as it is spoken (chunked); 429 when speech
+    runs 60 s ahead or the worker's queue refused some of it (sessions.py)."""
     s = svc.sessions.get(session_id, caller)
     try:
         rate, channels = check_format(sample_rate, channels)
@@ -214,7 +215,7 @@ async def speech_post(
     async for chunk in request.stream():
         if chunk:
             await svc.sessions.pcm(s, rate, channels, chunk)
-    await svc.sessions.send(s, {"op": "end_of_turn"})
+    await svc.sessions.end_of_turn(s)
     return Response(status_code=204)
 
 
