@@ -323,14 +323,16 @@ async def feed_microphone(track, conv) -> None:
 
 
 def check_offered_candidates(sdp: str) -> None:
-    """ValueError (one line) for an offer with more than MAX_CANDIDATES candidates, or
-    one naming an address no peer is at: ICE would check each (trickle.py)."""
-    from hotplate.serve.trickle import MAX_CANDIDATES, unreachable
+    """ValueError (one line) for an offer with more than MAX_OFFER_CANDIDATES candidates,
+    or one naming an address no peer is at: ICE would check each (trickle.py)."""
+    from hotplate.serve.limits import MAX_OFFER_CANDIDATES
+    from hotplate.serve.trickle import unreachable
 
     lines = [x.strip() for x in sdp.splitlines() if x.startswith("a=candidate:")]
-    if len(lines) > MAX_CANDIDATES:
+    if len(lines) > MAX_OFFER_CANDIDATES:
         raise ValueError(
-            f"the offer names {len(lines)} ICE candidates, over the {MAX_CANDIDATES} a peer takes"
+            f"the offer names {len(lines)} ICE candidates, over the {MAX_OFFER_CANDIDATES} "
+            "a peer takes"
         )
     for line in lines:
         fields = line.split()

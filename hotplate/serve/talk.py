@@ -23,8 +23,8 @@ What a session holds is bounded, whatever a client sends:
   answers the client's next message with it); the session and its control channel go
   on, and an interrupt empties the queue (answered when it carries an id, so that the
   server knows every refusal from before it has come);
-- trickled candidates: MAX_CANDIDATES per peer, each naming an address ICE may check
-  (trickle.py); queued sound and pictures: rtc.py.
+- trickled candidates: limits.MAX_TRICKLED_CANDIDATES per peer, each naming an address
+  ICE may check (trickle.py); queued sound and pictures: rtc.py.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from typing import Any
 from hotplate.serve import limits
 from hotplate.serve import talk_wire as wire
 from hotplate.serve.trickle import (
-    MAX_CANDIDATES,
     TrickleError,
     add_candidates,
     remote_candidate_types,
@@ -364,7 +363,7 @@ class TalkSession:
             await self._reply(msg, {"error": error, "status": 409})
             return
         try:
-            room = MAX_CANDIDATES - self.trickled
+            room = limits.MAX_TRICKLED_CANDIDATES - self.trickled
             added = await add_candidates(self.peer.pc, str(msg.get("sdpfrag") or ""), room)
         except TrickleError as exc:
             await self._reply(msg, {"error": str(exc), "status": exc.status})

@@ -13,8 +13,9 @@ The answer still carries every server candidate (rtc.py): only the player trickl
 An ICE restart (new credentials, or `If-Match: *`) is not supported: 422, as WHIP says
 for a server that trickles but does not restart; the player makes a new session.
 
-ICE sends a check to every address a candidate names, so a peer takes MAX_CANDIDATES
-trickled candidates at most (a browser gathers a handful), and none that names an
+ICE sends a check to every address a candidate names, so a peer takes
+limits.MAX_TRICKLED_CANDIDATES trickled candidates at most (a browser gathers a
+handful; talk.py counts them, the route caps one PATCH), and none that names an
 address no peer can be reached at: unspecified (0.0.0.0, ::), multicast, or the
 broadcast address. Which of loopback, private and public addresses a player offers is
 its own business. Either refusal is a 400 that adds none of the fragment's candidates.
@@ -25,9 +26,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+from hotplate.serve.limits import MAX_TRICKLED_CANDIDATES
+
 MEDIA_TYPE = "application/trickle-ice-sdpfrag"
 NO_RESTART = "ICE restarts are not supported: end this session and start another"
-MAX_CANDIDATES = 64  # trickled candidates a peer takes in all (talk.py counts them)
 
 
 class TrickleError(ValueError):
@@ -82,7 +84,7 @@ def offered_ufrag(sdp: str) -> str | None:
     return None
 
 
-async def add_candidates(pc, text: str, room: int = MAX_CANDIDATES) -> int:
+async def add_candidates(pc, text: str, room: int = MAX_TRICKLED_CANDIDATES) -> int:
     """Give the fragment's candidates (and its end) to `pc`, whose remote description is
     the offer; the number of candidates added. TrickleError: 422 for an ICE restart,
     400 for a fragment or candidate that does not parse, names an address no peer is
@@ -109,8 +111,9 @@ async def add_candidates(pc, text: str, room: int = MAX_CANDIDATES) -> int:
         added.append(candidate)
     if len(added) > room:
         raise TrickleError(
-            f"this peer takes {MAX_CANDIDATES} trickled candidates in all and has room for "
-            f"{max(room, 0)}, not {len(added)}: send fewer (a browser gathers a handful)"
+            f"this peer takes {MAX_TRICKLED_CANDIDATES} trickled candidates in all and has "
+            f"room for {max(room, 0)}, not {len(added)}: send fewer (a browser gathers a "
+            "handful)"
         )
     ended = _ended(offer.sdp)
     if added and ended:

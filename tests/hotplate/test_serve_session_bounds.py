@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from cachestore.leases import live_leases
+from hotplate.serve.limits import MAX_TRICKLED_CANDIDATES
 from hotplate.serve.rtc import AUDIO_QUEUE
-from hotplate.serve.trickle import MAX_CANDIDATES
 from testkit.serve_helpers import Server, assert_problem, make_world, precompiled, speak
 from testkit.webrtc_peer import WhepPeer
 
@@ -223,16 +223,16 @@ def test_trickled_candidates_are_capped_and_sensible(server):
                 assert_problem(await patch(fragment("127.0.0.1", address)), 400, kind)
             assert (await figures(c, s["id"]))["ice"]["trickled"] == 0  # none of them
             # the cap is per peer, over every PATCH (the route caps each PATCH as well)
-            for k in range(MAX_CANDIDATES // 16 - 1):
+            for k in range(MAX_TRICKLED_CANDIDATES // 16 - 1):
                 added = await patch(fragment(*["127.0.0.1"] * 16, port=40000 + 16 * k))
                 assert added.status_code == 204, added.text
-            last = 40000 + MAX_CANDIDATES
+            last = 40000 + MAX_TRICKLED_CANDIDATES
             assert (await patch(fragment(*["127.0.0.1"] * 15, port=last))).status_code == 204
             assert_problem(await patch(fragment("10.1.2.3", "10.1.2.4")), 400, "room for 1")
-            assert (await figures(c, s["id"]))["ice"]["trickled"] == MAX_CANDIDATES - 1
+            assert (await figures(c, s["id"]))["ice"]["trickled"] == MAX_TRICKLED_CANDIDATES - 1
             assert (await patch(fragment("10.1.2.3", port=50000))).status_code == 204
             assert_problem(await patch(fragment("127.0.0.1", port=50001)), 400, "room for 0")
-            assert (await figures(c, s["id"]))["ice"]["trickled"] == MAX_CANDIDATES
+            assert (await figures(c, s["id"]))["ice"]["trickled"] == MAX_TRICKLED_CANDIDATES
             now = time.monotonic()
 
             async def playing() -> bool:  # the session played on throughout
