@@ -37,7 +37,8 @@ import numpy as np
 
 from pipeline.mouth.lips import apply, invert, mouth_shape, to_canonical
 
-VERSION = 1  # bumped when what the still stage stores changes (its key has it)
+VERSION = 2  # bumped when what the still stage stores changes (its key has it); 2: a
+# still photographed with its lips apart is shut (`shut_rest`)
 
 # The points stilling moves: the jaw under the mouth and every lip point; the others stay.
 JAW_MOVING = tuple(range(4, 13))
@@ -70,6 +71,24 @@ REST_SHARE = 0.1  # the quietest 10 % of frames make the rest pose (at least RES
 REST_MIN = 3
 KEEP_PX = 0.25  # px: pixels the field moves less than this keep the stored frame's bytes
 MIN_MOVE = 0.75  # px: a frame whose lips are this close to rest everywhere is not touched
+# A still (one frame) whose inner lips are further apart than this (canonical units, the
+# eye distance) is shut: its rest pose is its own with the lower lip raised to the upper,
+# the jaw under it by a share of that, so a render shows closed lips in silence and opens
+# them from there (the render's opening is added to the still's: photographed open, it
+# never closed and opened twice as wide as speech; testkit/still_mouth.py).
+SHUT_OPENING = 0.12  # the face mesh reads many closed mouths as a little open: 0.03-0.11
+# on the six HDTF clips' most closed held-out frames (menendez's 0.114 where dlib reads
+# 0.003 mouth widths), and open ones (dlib 0.13-0.21) at 0.05-0.19: markey's (0.108 at
+# precompile) and grid_s1's (0.054) stay open, a limit of the face mesh's lips
+# The lower lip goes this much past the upper inner lip (canonical units): the face mesh
+# puts the inner lips a little inside the teeth's edge, and shut to the points exactly a
+# sliver of teeth stayed (katie_hill's open still: the referee's gap 0.21 to 0.14).
+SHUT_OVERLAP = 0.02
+SHUT_LIP = {55: 0.7, 56: 0.9, 57: 1.0, 58: 0.9, 59: 0.7, 65: 1.0, 66: 1.0, 67: 1.0}
+SHUT_JAW = {
+    i: 0.67 * w
+    for i, w in zip(range(4, 13), (0.3, 0.5, 0.7, 0.9, 1, 0.9, 0.7, 0.5, 0.3), strict=True)
+}
 
 
 @dataclass
@@ -108,6 +127,25 @@ def rest_pose(landmarks: np.ndarray) -> Rest | None:
         openings=openings,
         spread=float(hi - lo),
     )
+
+
+def shut_rest(rest: Rest) -> Rest | None:
+    """A still's rest pose with its lips shut, or None when they are shut already
+    (opening under SHUT_OPENING): in the canonical face, each lower inner lip point
+    (65-67) goes up to the upper one across from it (61-63), the lower outer lip and the
+    jaw under it by a share of the mean of those moves (the warp renderer's taper)."""
+    c = np.asarray(rest.canonical, np.float64)
+    gaps = c[[67, 66, 65], 1] - c[[61, 62, 63], 1]
+    if float(gaps.mean()) <= SHUT_OPENING:
+        return None
+    shut = c.copy()
+    lifts = np.maximum(gaps, 0.0) + SHUT_OVERLAP
+    shut[[67, 66, 65], 1] -= lifts
+    lift = float(lifts.mean())
+    for i, w in (SHUT_LIP | SHUT_JAW).items():
+        if i not in (65, 66, 67):
+            shut[i, 1] -= w * lift
+    return Rest(shut, rest.frames, rest.openings, rest.spread)
 
 
 def rest_targets(lm: np.ndarray, rest: Rest) -> np.ndarray:

@@ -7,8 +7,10 @@ What it stores (one record; `pipeline/hot.py::load_assets` reads it):
   with the frame codec (`pipeline/media.py`: I420 planes in a JPEG, as the frames are);
 - `still_landmarks` (N, 68, 2) float32: the landmarks of the stilled frames (the lips at
   rest; the stored landmarks for a frame left as it is), only when a frame was stilled.
-A quiet loop (and a still: one frame) stores its zero boxes alone (a copy of the
-landmarks would be the landmarks stage's blob, shared), and its meta says why (`reason`).
+A still (one frame) photographed with its lips apart is stilled to its own pose with the
+lips shut (`still.shut_rest`; reason `lips apart`). A quiet loop (and a shut still)
+stores its zero boxes alone (a copy of the landmarks would be the landmarks stage's
+blob, shared), and its meta says why (`reason`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pipeline.precompile.stages import Progress
 
 def still_stage(frames: FrameSource, landmarks: np.ndarray, progress: Progress):
     from pipeline.media import FRAME_CODEC, encode_frame
-    from pipeline.precompile.still import rest_pose, still_frame
+    from pipeline.precompile.still import rest_pose, shut_rest, still_frame
 
     n = len(frames)
     boxes = np.zeros((n, 4), np.int32)
@@ -34,7 +36,10 @@ def still_stage(frames: FrameSource, landmarks: np.ndarray, progress: Progress):
     else:
         meta |= {"spread": round(rest.spread, 4), "rest_frames": rest.frames}
         meta["reason"] = "quiet" if rest.quiet else "talking"
-    if rest is not None and not rest.quiet:
+        shut = shut_rest(rest) if n == 1 else None
+        if shut is not None:  # a still photographed with its lips apart
+            rest, meta["reason"] = shut, "lips apart"
+    if rest is not None and (not rest.quiet or meta["reason"] == "lips apart"):
         for i, frame in enumerate(frames.each()):
             got = still_frame(frame, landmarks[i], rest)
             if got is not None:

@@ -111,6 +111,15 @@ LOWER_EDGE = 0.035  # ... and of its lower edge (the lower lip's rim is rounder)
 PAST_SLIT = 0.04  # x lower-face height: a new gap this tall is open past a slit
 LOWER_RIM = 0.08  # x lower-face height: the band of lower lip under an opened gap whose
 # dark (the stored closed lips' seam, carried down with the lip) is lifted to lip
+STILL_CURVE = 0.35  # a still's mouth filled by the library opens at openness o ** this:
+# the referee (dlib) reads GRID's teeth-together mouths as less open than the lips part,
+# so at the openings of running speech the drive as asked read 34-65 % under the truth's
+# median lip gap on held-out stills (testkit/still_mouth.py); shut (0) and fully open (1)
+# it is as before, so a wide mouth is the one the library's tests judge. Calibrated on
+# ocasio_cortez, menendez and katie_hill only (0.5: -66 % to -1 %; 0.35: -46 % to +23 %),
+# judged on markey, radio2, radio34 and grid_s1. Sized by the mouth's width instead (0.40
+# mouth widths at 1) the medians met as well, but a wide mouth's outline band
+# (test_mouth_library) grew past its bound on grace_hopper (1.39 against 1.2)
 
 
 @dataclass
@@ -276,8 +285,8 @@ class WarpRenderer:
             raise RuntimeError("WarpRenderer.render() before prepare()")
         if self._bank is not None:
             return self._bank.source(t, int(idx))
-        o = self._opening(t)
         plan = self._plan(int(idx))
+        o = self._still_opening(self._opening(t))
         if plan is None or o <= 1e-3:
             return None
         # the remap's source, and the lips Style.of reads for the interior's colours
@@ -304,9 +313,9 @@ class WarpRenderer:
             raise RuntimeError("WarpRenderer.render() before prepare()")
         if self._bank is not None:
             return self._bank.patch(t, int(idx), frame)
-        o = self._opening(t)
         r = float(self._shape[t]) if t < self._shape.size else 0.0
         plan = self._plan(int(idx))
+        o = self._still_opening(self._opening(t))
         if plan is None or o <= 1e-3:
             return None
         region = self._warp(frame, plan, o, r)
@@ -324,6 +333,14 @@ class WarpRenderer:
         if idx not in self._plans:
             self._plans[idx] = _make_plan(self._assets, idx)
         return self._plans[idx]
+
+    def _still_opening(self, o: float) -> float:
+        """The openness a mouth is drawn at where the drive asks for `o`: a still's
+        library mouth at o ** STILL_CURVE (a loop's, and a painted still's, as asked:
+        their tests and sync bounds were set on that)."""
+        if o <= 0.0 or self._library is None or self._assets.n_frames != 1:
+            return o
+        return float(o**STILL_CURVE)
 
     def _style(self, idx: int, frame: np.ndarray) -> Style:
         if idx not in self._styles:
