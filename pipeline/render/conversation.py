@@ -110,11 +110,12 @@ class _Speech:
                 PcmDecoder(rate, channels, self.out_rate),
                 PcmDecoder(rate, channels, self.render_rate),
             )
-        self.ended = False
         out, ren = (d.feed(pcm) for d in self.decoders)
+        at = self.taken + self.out.size
+        self._add(out, ren)  # ValueError past max_queue: the piece leaves nothing behind
+        self.ended = False  # (a refused piece neither stamps an onset nor reopens the turn)
         if out.size:
-            self.onsets.append((self.taken + self.out.size, now))
-        self._add(out, ren)
+            self.onsets.append((at, now))
 
     def flush(self) -> None:
         """The decoders' last samples into the queue (a turn ends, or the format changes)."""

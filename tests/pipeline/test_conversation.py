@@ -181,3 +181,20 @@ def test_musetalk_rests_from_the_first_frame_and_right_after_an_interrupt(tmp_pa
 
     assert all(resting(f) for f in idle + rest)
     assert sum(not resting(f) for f in turn) >= 20 and not any(resting(f) for f in cut[3:])
+
+
+def test_a_refused_piece_of_speech_leaves_no_onset_and_keeps_the_turn_ended():
+    """A piece past the queue is refused whole: it stamped its arrival as a speech onset
+    before the size check (a stale time for the next speech at that point) and reopened
+    an ended turn, so the queued speech no longer played out to its last sample."""
+    from pipeline.render.conversation import _Speech
+
+    queue = _Speech(48000, 16000, max_queue=1.0)
+    queue.push(pcm(0.5, 16000), 16000, 1, now=1.0)
+    queue.flush()
+    queue.ended = True  # what end_of_turn sets
+    queued = queue.out.size
+    with pytest.raises(ValueError, match="over 1 s of speech queued"):
+        queue.push(pcm(2.0, 16000), 16000, 1, now=2.0)
+    assert [t for _, t in queue.onsets] == [1.0]
+    assert queue.ended and queue.out.size == queued
