@@ -4,8 +4,8 @@ One persona (a loop and a persona.toml with a face hint and a bbox_shift), one s
 settings (HOTPLATE_*), and for each backend (warp; musetalk on an upstream-layout models
 folder) the request goes through `hotplate render`, `lip_sync` in this process, `POST
 /v1/lip-sync` on a real server and the watcher (`hotplate sync`), each into a store of
-its own. Each front end builds the avatar; the four stores must hold the same one avatar,
-and `hotplate resolve` must name it.
+its own. Each front end builds the avatar; the four stores must hold the same one avatar
+and the same one mouth bank record, and `hotplate resolve` must name the avatar.
 
 Detector and landmarks are dlib's (settings): random S3FD weights find no face. musetalk
 implies the rest (BiSeNet, v1.5 crops, sd-vae/ latents).
@@ -66,10 +66,17 @@ def hotplate(world: Path, cache: Path, *args: str, **env: str) -> str:
     return result.stdout
 
 
-def avatars(cache: Path) -> set[str]:
+def records(cache: Path, kind: str) -> set[str]:
+    """The keys of the store's avatar records of one kind: "avatar" (a loop's or a still's
+    stages) or "bank" (the mouth bank every loop is asked for, in the same table)."""
     from cachestore.store import open_store
 
-    return {key for key, _ in open_store(cache, readonly=True).items("avatar")}
+    items = open_store(cache, readonly=True).items("avatar")
+    return {key for key, rec in items if (rec.get("kind") == "bank") == (kind == "bank")}
+
+
+def avatars(cache: Path) -> set[str]:
+    return records(cache, "avatar")
 
 
 def through_lip_sync(world: Path, cache: Path, backend: str, monkeypatch) -> None:
@@ -133,6 +140,9 @@ def test_every_front_end_gives_the_same_avatar_key(world, backend, tmp_path, mon
     keys = {name: avatars(cache) for name, cache in caches.items()}
     assert all(len(k) == 1 for k in keys.values()), keys
     assert len(set.union(*keys.values())) == 1, keys
+    # and the same bank record: the loop was asked once whether it talks, on every path
+    banks = {name: records(cache, "bank") for name, cache in caches.items()}
+    assert all(len(b) == 1 for b in banks.values()) and len(set.union(*banks.values())) == 1, banks
     (key,) = keys["cli"]
     resolved = hotplate(
         world,
