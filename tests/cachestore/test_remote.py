@@ -5,6 +5,7 @@ twice; damaged, truncated and vanishing remotes are refused and end in a local b
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -66,10 +67,27 @@ def counters(world, cache) -> dict:
 def avatar_key(cache) -> str:
     store = open_store(cache)
     try:
-        (key,) = [k for k, _ in store.items("avatar")]
-        return key
+        return avatar_key_open(store)
     finally:
         forget_store(cache)
+
+
+def bank_key(cache) -> str:
+    store = open_store(cache)
+    try:
+        return records_open(store)[1]
+    finally:
+        forget_store(cache)
+
+
+def records_open(store) -> tuple[str, str]:
+    """(the avatar's key, its loop's bank record's key): a loop's build makes both, in the
+    avatar table (every loop is asked whether it talks; a quiet one gets an empty bank
+    that says why). Exactly one of each, else the unpacking fails."""
+    items = store.items("avatar")
+    (avatar,) = [k for k, r in items if r.get("kind") != "bank"]
+    (bank,) = [k for k, r in items if r.get("kind") == "bank"]
+    return avatar, bank
 
 
 def push(world, cache, tier, *args) -> subprocess.CompletedProcess:
@@ -79,9 +97,16 @@ def push(world, cache, tier, *args) -> subprocess.CompletedProcess:
 def test_push_then_fresh_store_pulls_and_renders_the_same_frames(world, tier, monkeypatch):
     pushed = push(world, world / "built", tier)
     assert pushed.returncode == 0, pushed.stderr
-    assert "1 avatars on" in pushed.stdout
+    # the store's loop has its avatar and its bank record (empty: the loop is quiet), and a
+    # push sends both, each with a manifest of its own, named by its key
+    assert f"1 avatars on {tier.url} with 1 mouth banks" in pushed.stdout, pushed.stdout
     blobs = tier.objects("cas")
-    assert blobs and len(tier.objects("ac")) == 1
+    manifests = {p.name for p in tier.objects("ac")}
+    built = world / "built"
+    assert blobs and manifests == {
+        manifest_path(tier, avatar_key(built)).name,
+        manifest_path(tier, bank_key(built)).name,
+    }
     assert all(len(p.name) == 64 for p in blobs)  # SHA-256 names, as bazel-remote wants
     # a second push finds everything there and sends nothing
     again = push(world, world / "built", tier)
@@ -99,10 +124,12 @@ def test_push_then_fresh_store_pulls_and_renders_the_same_frames(world, tier, mo
     assert len(pulled) == len(built) > 0
     assert all(np.array_equal(a, b) for a, b in zip(pulled, built, strict=True))
     seen = counters(world, world / "fresh")
-    # nothing was built in the fresh store: no stage miss, one pull
+    # nothing was built in the fresh store: no stage miss; two pulls, the avatar and its
+    # loop's bank record (a render reads both, and a JIT build would have made both)
     assert seen.get("misses", 0) == 0, seen
-    assert seen["pulls"] == 1 and seen["remote_hits"] == 1 and seen["bytes_pulled"] > 0, seen
+    assert seen["pulls"] == 2 and seen["remote_hits"] == 2 and seen["bytes_pulled"] > 0, seen
     assert avatar_key(world / "fresh") == avatar_key(world / "built")
+    assert bank_key(world / "fresh") == bank_key(world / "built")
 
 
 def test_jit_build_pushes_in_background_and_the_next_store_pulls(world, tier, monkeypatch):
@@ -137,10 +164,14 @@ def test_failed_push_never_fails_the_render(world, tmp_path, monkeypatch):
         result = cli.render(world, world / "one", "astro", world / "one.mp4")
         assert result.returncode == 0, result.stderr
         assert (world / "one.mp4").stat().st_size > 0
-        (line,) = [x for x in result.stderr.splitlines() if "push of avatar" in x]
-        assert "failed" in line and readonly.url in line, line
+        # the JIT build made the avatar and its loop's bank record, and pushed each in a
+        # process of its own: each failed, one line and one count apiece
+        lines = [x for x in result.stderr.splitlines() if "push of avatar" in x]
+        keys = (avatar_key(world / "one"), bank_key(world / "one"))
+        assert len(lines) == 2 and all(any(k[:16] in x for x in lines) for k in keys), lines
+        assert all("failed" in x and readonly.url in x for x in lines), lines
         status = json.loads(cli.hotplate(world, world / "one", "status", "--json").stdout)
-        assert status["remote"]["push_failures"] == 1, status["remote"]
+        assert status["remote"]["push_failures"] == 2, status["remote"]
     finally:
         readonly.stop()
 
@@ -186,7 +217,9 @@ def test_damaged_remote_blob_is_refused_and_built_locally(world, tier, how):
 
 def test_damaged_remote_manifest_is_refused(world, tier):
     assert push(world, world / "built", tier).returncode == 0
-    (manifest,) = tier.objects("ac")
+    # the avatar's manifest, chosen by its name (the push also wrote the bank record's,
+    # which this avatar-only precompile never asks for)
+    manifest = manifest_path(tier, avatar_key(world / "built"))
     manifest.write_bytes(manifest.read_bytes().replace(b'"frames"', b'"framez"', 1))
     try:
         report, lines = _precompile_with_tier(world, tier, world / "fresh")
@@ -316,16 +349,17 @@ def push_from_two_stores_then_pull(world, url: str):
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
     pulled = cli.hotplate(world, world / "third", "pull", "--remote", url)
-    assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stderr
+    # both pushed the avatar and its loop's bank record; the third pulls each once
+    assert pulled.returncode == 0, pulled.stderr
+    assert "1 pulled, 0 hot already, 1 mouth banks pulled" in pulled.stdout, pulled.stdout
     store = open_store(world / "third")
-    key = avatar_key_open(store)
-    assert not store.damaged_stages(store.read_value("avatar", key)["stages"])
+    for key in records_open(store):
+        assert not store.damaged_stages(store.read_value("avatar", key)["stages"])
     return store
 
 
 def avatar_key_open(store) -> str:
-    (key,) = [k for k, _ in store.items("avatar")]
-    return key
+    return records_open(store)[0]
 
 
 @pytest.mark.slow
@@ -347,7 +381,8 @@ def test_hotplate_serve_pulls_through_the_remote_in_hotplate_toml(world, tier):
     finally:
         server.kill9()
     seen = counters(world, world / "cache")
-    assert seen["pulls"] == 1 and seen.get("misses", 0) == 0, seen
+    # the avatar and its loop's bank record (a render reads both), pulled, nothing built
+    assert seen["pulls"] == 2 and seen.get("misses", 0) == 0, seen
 
 
 def test_push_and_pull_by_persona(world, tier):
@@ -583,7 +618,15 @@ def test_gc_cannot_take_an_avatar_while_push_avatar_uploads_it(world, tier):
     assert report.sent > 0 and store.get_avatar(avatar) is not None
     forget_store(cache)
     pulled = cli.hotplate(world, world / "other", "pull", "--remote", tier.url)
-    assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stdout + pulled.stderr
+    # only the avatar was pushed here, not its loop's bank record: the pull finds no bank
+    # on the tier, which is no failure
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert "1 pulled, 0 hot already, 0 mouth banks pulled" in pulled.stdout, pulled.stdout
+
+
+def asked_for(tier) -> set[str]:
+    """The ac/ objects the tier was asked for (GET), by name, as its access log says."""
+    return {m[1] for m in re.finditer(r'"GET \S*/ac/([0-9a-f]{64})', "\n".join(tier.log_lines()))}
 
 
 def test_a_push_outlives_its_builder_killed_with_minus_9(world, tier):
@@ -600,10 +643,13 @@ def test_a_push_outlives_its_builder_killed_with_minus_9(world, tier):
     builder = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=world, env=env)
     try:
         deadline = time.monotonic() + 300
-        while not any("/ac/" in line for line in tier.log_lines()):  # the miss asked the tier
+        # both misses asked the tier: the avatar's, then (once the avatar is built) its
+        # loop's bank record's. Paused after the first only, the bank's ask would time out
+        # and mark the tier down in the builder, which then starts no push for the bank
+        while len(asked_for(tier)) < 2:
             assert time.monotonic() < deadline and builder.poll() is None, "no pull asked"
             time.sleep(0.02)
-        tier.pause()  # the push will hang until resume
+        tier.pause()  # the bank's push (and the avatar's, if not done yet) hangs until resume
         for line in builder.stdout:  # built, and its push started
             if "now hot" in line:
                 break
@@ -615,13 +661,18 @@ def test_a_push_outlives_its_builder_killed_with_minus_9(world, tier):
         tier.resume()
         if builder.poll() is None:
             builder.kill()
-    avatar = avatar_key(world / "fresh")
+    # the build made the avatar and its loop's bank record, each with a push of its own
+    # (`now hot` is printed once both are built): both pushes finish
+    manifests = [
+        manifest_path(tier, k) for k in (avatar_key(world / "fresh"), bank_key(world / "fresh"))
+    ]
     deadline = time.monotonic() + 120
-    while not manifest_path(tier, avatar).exists():
-        assert time.monotonic() < deadline, "the push died with its builder"
+    while not all(m.exists() for m in manifests):
+        assert time.monotonic() < deadline, "a push died with its builder"
         time.sleep(0.1)
     pulled = cli.hotplate(world, world / "third", "pull", "--remote", tier.url)
-    assert pulled.returncode == 0 and "1 pulled" in pulled.stdout, pulled.stdout + pulled.stderr
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert "1 pulled, 0 hot already, 1 mouth banks pulled" in pulled.stdout, pulled.stdout
 
 
 # Pulls an avatar in a fresh process with 4 MiB batches and says how far its memory rose.
