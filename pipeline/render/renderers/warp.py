@@ -154,13 +154,17 @@ class WarpRenderer:
         silence: SilenceParams | None = DEFAULT_SILENCE,
         lookahead: int = LOOKAHEAD,
         phones: bool | None = None,
+        still_curve: float = STILL_CURVE,
     ) -> None:
         """`silence`: when the mouth rests (None: it follows the audio throughout);
         `lookahead`: frames of audio after a frame that shape it (live renders set 1);
         `phones`: the mouth opens as the recognised phones say, not as loudness does
         (`drive.mouth_drive`; default: where the render has the utterance, a whole file
-        or stream, not a live render)."""
+        or stream, not a live render); `still_curve`: a still's library mouth opens at
+        o ** this (1: as the drive asks, the known warp the tests' talking clips are
+        made with, whose figures were set on it)."""
         self.silence = silence
+        self.still_curve = still_curve
         self.lookahead = lookahead
         self.phones = phones  # None: decided at prepare, by the lookahead then
         self._drive: Drive | None = None
@@ -340,7 +344,7 @@ class WarpRenderer:
         their tests and sync bounds were set on that)."""
         if o <= 0.0 or self._library is None or self._assets.n_frames != 1:
             return o
-        return float(o**STILL_CURVE)
+        return float(o**self.still_curve)
 
     def _style(self, idx: int, frame: np.ndarray) -> Style:
         if idx not in self._styles:
