@@ -4,6 +4,7 @@ to obstore through the standard AWS_* variables: the blob tier as `s3://bucket/p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from testkit.nginx import free_port
@@ -106,6 +108,25 @@ class SeaweedFS:
         # SIGTERM'd `weed server` takes ~25 s to shut its master, volume and filer down
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def serving(root: Path) -> Iterator[SeaweedFS]:
+    """A SeaweedFS under `root` whose credentials are in this process's environment for as
+    long as it serves (this process's obstore reads them, and so does every CLI it starts),
+    then the environment as it was and the server stopped: a module fixture's body."""
+    server = SeaweedFS(root).start()
+    saved = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    try:
+        yield server
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
 
 
 class Tier:

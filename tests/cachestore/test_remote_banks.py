@@ -8,7 +8,6 @@ metadata on the tier cannot be changed alone: a pull refuses the manifest."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 
@@ -91,18 +90,10 @@ def same_frames(root, persona: str, pulled) -> None:
 
 @pytest.fixture(scope="module")
 def seaweed(tmp_path_factory):
-    from testkit.seaweed import SeaweedFS
+    from testkit.seaweed import serving
 
-    server = SeaweedFS(tmp_path_factory.mktemp("seaweed")).start()
-    saved = {k: os.environ.get(k) for k in server.env}
-    os.environ.update(server.env)  # this process's obstore and every CLI it starts
-    yield server
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    server.stop()
+    with serving(tmp_path_factory.mktemp("seaweed")) as server:
+        yield server
 
 
 class Hands:

@@ -18,7 +18,7 @@ from cachestore.store import forget_store, open_store
 from hotplate.cli.common import invocation
 from pipeline.precompile.recipe import Recipe
 from pipeline.precompile.run import precompile
-from testkit.seaweed import SeaweedFS
+from testkit.seaweed import serving
 from tests.cachestore.test_remote import (
     close,
     counters,
@@ -32,16 +32,8 @@ from tests.integrity import cli
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    server = SeaweedFS(tmp_path_factory.mktemp("seaweed")).start()
-    saved = {k: os.environ.get(k) for k in server.env}
-    os.environ.update(server.env)  # this process's obstore and every CLI it starts
-    yield server
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    server.stop()
+    with serving(tmp_path_factory.mktemp("seaweed")) as server:
+        yield server
 
 
 @pytest.fixture
