@@ -3,7 +3,7 @@
 Usage:
     .venv/bin/python bench/bench_webrtc.py [--sizes 540x960,1080x1920] [--frames 50]
         [--seconds 12] [--sessions 3] [--hold 10] [--interrupts 5] [--sync-from 0]
-        [--quick] [--json FILE]
+        [--parts session,chromium,load,live] [--quick] [--json FILE]
 
 A real `hotplate serve` on loopback (one worker per session it may hold), a hot avatar of
 each size (a `--frames`-frame loop), and real aiortc players (testkit/webrtc_peer.py) that
@@ -65,6 +65,7 @@ LOUD = 2000  # int16 RMS of a 20 ms chunk that is speech
 ONSET_GAP = 0.2  # s of quiet before a loud chunk that makes it an onset
 CHUNK = 0.02  # s of audio per message on the speech socket
 RATE = 24000  # the speech socket's sample rate
+PARTS = ("session", "chromium", "load", "live")
 
 
 def add_arguments(ap) -> None:
@@ -79,6 +80,12 @@ def add_arguments(ap) -> None:
         type=float,
         default=0.0,
         help="s after connecting before chromium's sync is read",
+    )
+    ap.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help="what to run per size: session (one session's latencies), chromium, load "
+        "(sessions at once, each one's CPU by stage and memory), live (WS /v1/live)",
     )
 
 
@@ -523,14 +530,35 @@ def mouth_in_chromium(
     )
 
 
-async def at_once(srv, n: int, hold: float) -> tuple[list[float], int]:
+STAGES = ("render", "encode", "packetise", "send", "sound", "rest", "total")
+
+
+def proc_status(pid: int) -> tuple[float, int]:
+    """(CPU s, resident bytes) of process `pid`, from /proc."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    rss = next(
+        int(line.split()[1]) * 1024
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("VmRSS:")
+    )
+    return cpu, rss
+
+
+async def at_once(srv, n: int, hold: float) -> tuple[list[float], int, dict]:
     """n sessions, each spoken to for `hold` s: (pictures per second each received in the
-    last `hold` s, frames the server dropped in all)."""
+    last `hold` s, frames the server dropped in all, costs). The costs: each worker's CPU
+    per frame by stage (the sessions' mean, talk.py's cpu_ms_per_frame), the server's
+    CPU per picture received and the resident memory a session adds to the server (after
+    the speech less before the sessions, over n) and holds in its worker (its RSS)."""
     import httpx
 
     from testkit.webrtc_peer import WhepPeer
 
     audio, _ = speech_pcm(hold, seed=7)
+    _, server_rss_before = proc_status(srv.proc.pid)
     async with httpx.AsyncClient(base_url=srv.url, timeout=120) as c:
         sessions, peers = [], []
         for _ in range(n):
@@ -543,17 +571,78 @@ async def at_once(srv, n: int, hold: float) -> tuple[list[float], int]:
         for peer in peers:
             await asyncio.wait_for(peer.received.first_video.wait(), 60)
         start = time.monotonic()
+        server_cpu_before, _ = proc_status(srv.proc.pid)
         await asyncio.gather(*(speak_in_real_time(srv.url, s, audio) for s in sessions))
         end = time.monotonic() - 1.0  # speak_in_real_time waits a second after the speech
-        rates = [sum(start <= t < end for t, _ in p.received.video) / (end - start) for p in peers]
-        dropped = 0
+        server_cpu, server_rss = proc_status(srv.proc.pid)
+        counts = [sum(start <= t < end for t, _ in p.received.video) for p in peers]
+        rates = [k / (end - start) for k in counts]
+        dropped, splits, worker_rss, codecs = 0, [], [], set()
         for s in sessions:
             figures = (await c.get(f"/v1/sessions/{s['id']}")).json()
-            dropped += int(figures.get("figures", figures).get("dropped_frames") or 0)
+            figures = figures.get("figures", figures)
+            dropped += int(figures.get("dropped_frames") or 0)
+            if figures.get("cpu_ms_per_frame"):
+                splits.append(figures["cpu_ms_per_frame"])
+            worker_rss.append(figures.get("worker", {}).get("rss_bytes") or 0)
+            codecs.add(str(figures.get("codec")))
         for peer, s in zip(peers, sessions, strict=True):
             await peer.close()
             await c.delete(f"/v1/sessions/{s['id']}")
-    return rates, dropped
+    costs = {
+        "split": {k: statistics.mean(x.get(k, 0.0) for x in splits) for k in STAGES}
+        if splits
+        else {},
+        # the pictures received in the window: the speech's (the server's CPU then)
+        "server_ms": 1000 * (server_cpu - server_cpu_before) / max(sum(counts), 1),
+        "server_rss": (server_rss - server_rss_before) / n,
+        "worker_rss": statistics.mean(worker_rss),
+        "codec": ",".join(sorted(codecs)),
+    }
+    return rates, dropped, costs
+
+
+def said_costs(costs: dict) -> str:
+    split = " ".join(f"{k} {costs['split'].get(k, 0):.1f}" for k in STAGES)
+    return (
+        f"ms/frame, {costs['codec']}: {split}; server {costs['server_ms']:.2f} ms/picture, "
+        f"RSS a session: worker {costs['worker_rss'] / 2**20:.0f} MB, server "
+        f"{costs['server_rss'] / 2**20:+.1f} MB"
+    )
+
+
+def cost_figures(bench: Bench, size: str, inputs: dict, costs: dict, n: int) -> None:
+    """Where one of `n` sessions' CPU goes per frame, and the memory it adds."""
+    inputs = {**inputs, "sessions": n, "codec": costs["codec"]}
+    for stage in STAGES:
+        bench.figure(
+            f"{size}: a session's CPU per frame, {stage} (worker, {n} at once)",
+            costs["split"].get(stage, 0.0),
+            "ms",
+            better="lower",
+            inputs=inputs,
+        )
+    bench.figure(
+        f"{size}: the server's CPU per picture a session sent ({n} at once)",
+        costs["server_ms"],
+        "ms",
+        better="lower",
+        inputs=inputs,
+    )
+    bench.figure(
+        f"{size}: resident memory a session holds, its worker ({n} at once)",
+        costs["worker_rss"] / 2**20,
+        "MB",
+        better="lower",
+        inputs=inputs,
+    )
+    bench.figure(
+        f"{size}: resident memory a session adds to the server ({n} at once)",
+        costs["server_rss"] / 2**20,
+        "MB",
+        better="lower",
+        inputs=inputs,
+    )
 
 
 def over_live(bench: Bench, srv, size: str, inputs: dict, seconds: float, mouth_ms: float):
@@ -584,6 +673,9 @@ def main(bench: Bench) -> None:
     from testkit.serve_helpers import Server, wait_state
 
     args = bench.args
+    parts = set(args.parts.split(","))
+    if parts - set(PARTS):
+        bench.missing(f"--parts {args.parts}: choose among {','.join(PARTS)}")
     try:
         import aiortc  # noqa: F401
     except ImportError:
@@ -611,16 +703,24 @@ def main(bench: Bench) -> None:
                 finally:
                     forget_store(root / "cache")
                 print(f"\n{size}, a {args.frames}-frame loop:")
-                mouth = asyncio.run(one_session(bench, srv, reader, size, inputs, args.seconds))
-                in_chromium(bench, srv, reader, size, inputs, args.seconds)
+                mouth = None
+                if "session" in parts:
+                    mouth = asyncio.run(one_session(bench, srv, reader, size, inputs, args.seconds))
+                if "chromium" in parts:
+                    in_chromium(bench, srv, reader, size, inputs, args.seconds)
+                if "load" not in parts:
+                    continue
                 held = 0
                 for n in range(1, args.sessions + 1):
-                    rates, dropped = asyncio.run(at_once(srv, n, args.hold))
+                    rates, dropped, costs = asyncio.run(at_once(srv, n, args.hold))
                     holds = min(rates) >= HOLDS and dropped == 0
                     print(
                         f"  {n} at once: {', '.join(f'{r:.1f}' for r in rates)} pictures/s, "
-                        f"{dropped} dropped: {'holds' if holds else 'does not hold'} 25 fps"
+                        f"{dropped} dropped: {'holds' if holds else 'does not hold'} 25 fps; "
+                        + said_costs(costs)
                     )
+                    if n == 1:
+                        cost_figures(bench, size, inputs, costs, n)
                     held = n if holds and held == n - 1 else held
                 bench.figure(
                     f"{size}: sessions at once that all hold 25 fps with none dropped",
@@ -629,7 +729,8 @@ def main(bench: Bench) -> None:
                     inputs={**inputs, "tried_up_to": args.sessions, "hold_seconds": args.hold},
                     note="each spoken to in real time; 24.5 pictures/s or more at the receiver",
                 )
-                over_live(bench, srv, size, inputs, args.seconds, 1000 * mouth)
+                if "live" in parts and mouth is not None:
+                    over_live(bench, srv, size, inputs, args.seconds, 1000 * mouth)
 
 
 if __name__ == "__main__":

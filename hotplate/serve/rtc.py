@@ -97,6 +97,7 @@ class PumpStats:
     cuts: int = 0  # frames rendered at an interrupt, ahead of the clock
     stalls: int = 0  # times the pump fell CATCH_UP s behind and resumed from now
     render_seconds: float = 0.0
+    render_cpu: float = 0.0  # CPU s of the renders (the pump's thread), a frame's copy included
     first_frame: float | None = None  # monotonic time the first frame was handed over
     onsets: list = field(default_factory=list)  # (speech_onset, handed over) per turn start
 
@@ -194,7 +195,7 @@ class FramePump:
                 start -= wait
                 due -= wait
                 self.stats.stalls += 1
-            began = time.monotonic()
+            began, cpu = time.monotonic(), time.thread_time()
             frame = self.conv.next_frame()
             # a picture of its own: aiortc stamps it, and a stored frame is shared
             picture = copy_frame(frame.video)
@@ -207,6 +208,7 @@ class FramePump:
             done = time.monotonic()
             s = self.stats
             s.render_seconds += done - began
+            s.render_cpu += time.thread_time() - cpu
             s.frames += 1
             s.cuts += early
             s.speaking += frame.speaking
@@ -346,6 +348,48 @@ class Peer:
     pump: FramePump
     connected: asyncio.Event
     gone: asyncio.Future  # set with a one-line reason when the peer fails or closes
+    codec: str | None = None  # the video codec the answer chose ("VP8", "H264")
+    # CPU s when the pump started: the process's, and the event loop thread's (cpu_split)
+    cpu_at_start: tuple[float, float] | None = None
+    loop_thread: int = field(default_factory=threading.get_ident)
+
+
+def _process_cpu() -> float:
+    return time.process_time()
+
+
+def _thread_cpu(ident: int) -> float:
+    return time.clock_gettime(time.pthread_getcpuclockid(ident))
+
+
+def cpu_split(peer: Peer) -> dict[str, float] | None:
+    """The worker's CPU per frame sent since the pump started, in ms, by where it went:
+    render (the pump's thread), encode and packetise (the video encoder's, on aiortc's
+    executor thread, rtc_codecs.py), sound (Opus, the same), send (the event loop's
+    thread: RTP packets, SRTP, the sockets, the tracks' queues, the control channel) and
+    rest (the process's CPU less these: the interpreter's other threads, the collector).
+    None before the first frame."""
+    from hotplate.serve.rtc_codecs import sender_encoder
+
+    frames = peer.pump.stats.frames
+    if peer.cpu_at_start is None or frames == 0:
+        return None
+    process = _process_cpu() - peer.cpu_at_start[0]
+    send = _thread_cpu(peer.loop_thread) - peer.cpu_at_start[1]
+    parts = {"render": peer.pump.stats.render_cpu, "encode": 0.0, "packetise": 0.0, "sound": 0.0}
+    for sender in peer.pc.getSenders():
+        enc = sender_encoder(sender)
+        if enc is None or not hasattr(enc, "encode_seconds"):
+            continue
+        if sender.kind == "video":
+            parts["encode"] += enc.encode_seconds
+            parts["packetise"] += enc.packetise_seconds
+        else:
+            parts["sound"] += enc.encode_seconds + enc.packetise_seconds
+    parts["send"] = send
+    parts["rest"] = process - sum(parts.values())
+    parts["total"] = process
+    return {k: round(1000 * v / frames, 3) for k, v in parts.items()}
 
 
 async def answer(
@@ -358,6 +402,9 @@ async def answer(
     an offer that is no SDP or asks for no video."""
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
+    from hotplate.serve import rtc_codecs
+
+    rtc_codecs.install()
     if not isinstance(offer_sdp, str) or not offer_sdp.lstrip().startswith("v=0"):
         raise ValueError("the offer is not an SDP description (it must start with v=0)")
     check_offered_candidates(offer_sdp)
@@ -379,6 +426,8 @@ async def answer(
         state = pc.connectionState
         if state == "connected":
             peer.connected.set()
+            if peer.cpu_at_start is None:
+                peer.cpu_at_start = (_process_cpu(), _thread_cpu(peer.loop_thread))
             pump.start()
         elif state in ("failed", "closed"):  # it hung up, or its ICE consent lapsed
             gone(f"the peer went away (connection {state}, ICE {pc.iceConnectionState})")
@@ -405,6 +454,8 @@ async def answer(
         if "audio" in kinds:
             pc.addTrack(audio_track(pump))
         await pc.setLocalDescription(await pc.createAnswer())
+        video = next(t for t in pc.getTransceivers() if t.kind == "video")
+        peer.codec = video._codecs[0].mimeType.split("/")[1] if video._codecs else None
         # the answer says whether our sound is sent (an offer's audio may be sendonly)
         pump.send_audio = any(
             t.kind == "audio" and t.currentDirection in ("sendrecv", "sendonly")

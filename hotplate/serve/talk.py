@@ -120,6 +120,19 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _memory() -> dict[str, int]:
+    """This process's resident memory now and at its peak, bytes (/proc/self/status)."""
+    out = {}
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out["rss_bytes" if key == "VmRSS" else "rss_peak_bytes"] = 1024 * int(
+                    value.split()[0]
+                )
+    return out
+
+
 class TalkSession:
     """The session's event loop: the control channel, the peer, the deadlines."""
 
@@ -151,6 +164,7 @@ class TalkSession:
         server = await asyncio.start_unix_server(self._serve, path=path)
         os.chmod(path, 0o600)
         self.started, self.cpu_at_start = time.monotonic(), _cpu_seconds()
+        self.rss_at_ready = _memory().get("rss_bytes")
         ready()
         watchdog = self._spawn(self._deadlines())
         try:
@@ -181,6 +195,8 @@ class TalkSession:
         return figures
 
     def figures(self) -> dict:
+        from hotplate.serve import rtc
+
         out: dict[str, Any] = {
             "audio_seconds": round(self.speech_seconds, 3),
             # the worker's CPU (render, encode, network) since the session was ready
@@ -191,11 +207,16 @@ class TalkSession:
             "height": self.conv.height,
             "leases": len(self.held),
             "refused_speech_seconds": round(self.refused, 3),
+            # the worker's memory: the session holds the whole process (one a worker)
+            "worker": {**_memory(), "rss_at_ready_bytes": self.rss_at_ready},
         }
         if self.refusal is not None:
             out["refused_speech"] = self.refusal
         if self.peer is not None:
             s, pump = self.peer.pump.stats, self.peer.pump
+            out["codec"] = self.peer.codec
+            # where the worker's CPU went, ms per frame (rtc.cpu_split)
+            out["cpu_ms_per_frame"] = rtc.cpu_split(self.peer)
             out.update(
                 frames=s.frames,
                 speaking_frames=s.speaking,
