@@ -884,15 +884,20 @@ def ready(url: str) -> bool:
 
 
 def serve_controller_pid() -> int:
-    """The Serve controller actor's process (Ray titles it `ray::ServeController`)."""
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if (proc / "cmdline").read_bytes().startswith(b"ray::ServeController"):
-                    return int(proc.name)
-            except OSError:
-                continue
-    raise AssertionError("no ServeController process on this machine")
+    """This cluster's Serve controller actor's process, from the cluster's own actor
+    table: a scan of /proc for `ray::ServeController` could find (and stop) another
+    test process's cluster's controller."""
+    import ray
+
+    alive = [
+        a["Pid"]
+        for a in ray._private.state.actors().values()
+        if a["ActorClassName"] == "ServeController" and a["State"] == "ALIVE"
+    ]
+    assert len(alive) == 1, f"this cluster's live ServeController actors' pids: {alive}"
+    cmdline = Path(f"/proc/{alive[0]}/cmdline").read_bytes()
+    assert cmdline.startswith(b"ray::ServeController"), cmdline[:80]
+    return alive[0]
 
 
 def test_a_stopped_controller_makes_readyz_503_not_a_hang(served):
