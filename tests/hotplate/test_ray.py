@@ -102,6 +102,10 @@ def start_cluster(caches: dict[str, Path]):
         initialize_head=True,
         head_node_args={
             **common,
+            # a head's dashboard agent listens on 52365 unless told otherwise: a free
+            # port, so that a cluster of another test process beside this one cannot
+            # hold it (the worker node's agent gets a free one from cluster_utils)
+            "dashboard_agent_listen_port": 0,
             "resources": {"n1": 1},
             "env_vars": {**env, "HOTPLATE_NODE_CACHE": str(caches["n1"])},
         },
