@@ -499,8 +499,8 @@ def encoder_table(bench: Bench, frames: list, tops: dict, inputs: dict) -> None:
 if __name__ == "__main__":
     quick = {
         "loops": "24",
-        "sizes": "720x1280",
-        "seconds": 3.0,
+        "sizes": "540x960",
+        "seconds": 2.0,
         "bank_seconds": 1.2,
         "requests": 1,
     }
