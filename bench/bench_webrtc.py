@@ -3,7 +3,7 @@
 Usage:
     .venv/bin/python bench/bench_webrtc.py [--sizes 540x960,1080x1920] [--frames 50]
         [--seconds 12] [--sessions 3] [--hold 10] [--interrupts 5] [--sync-from 0]
-        [--parts session,chromium,load,live] [--quick] [--json FILE]
+        [--codecs H264,VP8] [--parts session,chromium,load,live] [--quick] [--json FILE]
 
 A real `hotplate serve` on loopback (one worker per session it may hold), a hot avatar of
 each size (a `--frames`-frame loop), and real aiortc players (testkit/webrtc_peer.py) that
@@ -65,7 +65,7 @@ LOUD = 2000  # int16 RMS of a 20 ms chunk that is speech
 ONSET_GAP = 0.2  # s of quiet before a loud chunk that makes it an onset
 CHUNK = 0.02  # s of audio per message on the speech socket
 RATE = 24000  # the speech socket's sample rate
-PARTS = ("session", "chromium", "load", "live")
+PARTS = ("session", "codecs", "chromium", "load", "live")
 
 
 def add_arguments(ap) -> None:
@@ -82,10 +82,17 @@ def add_arguments(ap) -> None:
         help="s after connecting before chromium's sync is read",
     )
     ap.add_argument(
+        "--codecs",
+        default="H264,VP8",
+        help="the server's video codecs by preference (HOTPLATE_SESSION_VIDEO_CODECS); "
+        "the aiortc players offer VP8 and H.264, chromium too",
+    )
+    ap.add_argument(
         "--parts",
         default=",".join(PARTS),
-        help="what to run per size: session (one session's latencies), chromium, load "
-        "(sessions at once, each one's CPU by stage and memory), live (WS /v1/live)",
+        help="what to run per size: session (one session's latencies), codecs (the mouth's "
+        "PSNR over H.264 and VP8), chromium, load (sessions at once, each one's CPU by "
+        "stage and memory), live (WS /v1/live)",
     )
 
 
@@ -349,6 +356,67 @@ async def one_session(bench: Bench, srv, reader, size: str, inputs: dict, second
         note=f"{figures.get('cpu_seconds')} CPU s over {figures.get('seconds')} s",
     )
     return statistics.median(latencies)
+
+
+def mouth_psnr(reader, lumas: list) -> float:
+    """PSNR (dB) of the mouth's rectangle in pictures at rest against the stored loop frame
+    each shows (what the session rendered), over all their pixels."""
+    errors = []
+    for luma in lumas:
+        idx, _ = reader.read(luma)
+        x1, y1, x2, y2 = reader.boxes[idx]
+        got = luma[y1:y2, x1:x2].astype(np.float64)
+        errors.append(np.mean((got - reader.lumas[idx][y1:y2, x1:x2]) ** 2))
+    return float(10 * np.log10(255**2 / max(float(np.mean(errors)), 1e-9)))
+
+
+async def codec_sharpness(bench: Bench, srv, reader, size: str, inputs: dict, hold: float):
+    """A player that offers VP8 and H.264 (aiortc's offer: VP8 first) and one that offers
+    VP8 alone, one after the other, each `hold` s at rest: the codec the server chose, the
+    mouth's PSNR against the rendered frame from the second second on, the bitrate it
+    arrived at and the encode's CPU per frame."""
+    import httpx
+
+    from testkit.webrtc_peer import WhepPeer
+
+    got = {}
+    async with httpx.AsyncClient(base_url=srv.url, timeout=120) as c:
+        for offered in (None, ("VP8",)):
+            r = await c.post("/v1/sessions", json={"persona": "astro", "attire": "studio"})
+            r.raise_for_status()
+            session = r.json()
+            peer = WhepPeer(video_codecs=offered)
+            (await peer.connect(c, session["whep"])).raise_for_status()
+            await asyncio.wait_for(peer.received.first_video.wait(), 60)
+            await asyncio.sleep(hold + 1.0)
+            figures = (await c.get(f"/v1/sessions/{session['id']}")).json()
+            await peer.close()
+            await c.delete(f"/v1/sessions/{session['id']}")
+            first = peer.received.video[0][0]
+            at_rest = [y for t, y in peer.received.video if t >= first + 1.0]
+            seconds = peer.received.video[-1][0] - first
+            rate = 8 * peer.received.payload_bytes.get("video", 0) / max(seconds, 1e-6) / 1000
+            split = figures.get("cpu_ms_per_frame") or {}
+            got[figures.get("codec")] = (mouth_psnr(reader, at_rest), rate, split, len(at_rest))
+    if set(got) != {"H264", "VP8"}:
+        bench.missing(f"the server answered {sorted(map(str, got))}, not H264 and VP8")
+    for codec, (psnr, rate, split, n) in got.items():
+        bench.figure(
+            f"{size}: the mouth's PSNR at rest against the rendered frame, {codec}",
+            psnr,
+            "dB",
+            inputs={**inputs, "codec": codec},
+            note=f"{n} pictures, {rate:.0f} kbit/s arrived; encode "
+            f"{split.get('encode', float('nan')):.2f} ms a frame",
+        )
+    bench.figure(
+        f"{size}: the mouth's PSNR, H.264 less VP8 (the issue: -1 dB or more)",
+        got["H264"][0] - got["VP8"][0],
+        "dB",
+        inputs=inputs,
+        note=f"H.264 at {got['H264'][1]:.0f} kbit/s, VP8 at {got['VP8'][1]:.0f}: the same "
+        "start and ceiling, each following the player's estimate",
+    )
 
 
 # The page's reading over the last second (app.js readTiming): ms from arriving to heard
@@ -683,6 +751,7 @@ def main(bench: Bench) -> None:
     for size in args.sizes.split(","):
         w, h = (int(x) for x in size.split("x"))
         inputs = {"loop_frames": args.frames, "resolution": size, "audio_seconds": args.seconds}
+        inputs["codecs"] = args.codecs
         with tempfile.TemporaryDirectory() as d:
             root = Path(d)
             (root / "personas" / "astro").mkdir(parents=True)
@@ -691,7 +760,9 @@ def main(bench: Bench) -> None:
             )
             workers = str(max(1, args.sessions))
             serve_args = ("--workers", workers, "--max-sessions", workers)
-            with Server(root, *serve_args, "--max-sessions-per-client", workers) as srv:
+            env = {"HOTPLATE_SESSION_VIDEO_CODECS": args.codecs}
+            per_client = ("--max-sessions-per-client", workers)
+            with Server(root, *serve_args, *per_client, env=env) as srv:
                 with srv.client() as c:
                     job = c.post("/v1/precompile", data={"persona": "astro", "attire": "studio"})
                     done = wait_state(c, job.json()["id"], ("done", "failed"))
@@ -706,6 +777,8 @@ def main(bench: Bench) -> None:
                 mouth = None
                 if "session" in parts:
                     mouth = asyncio.run(one_session(bench, srv, reader, size, inputs, args.seconds))
+                if "codecs" in parts:
+                    asyncio.run(codec_sharpness(bench, srv, reader, size, inputs, args.hold))
                 if "chromium" in parts:
                     in_chromium(bench, srv, reader, size, inputs, args.seconds)
                 if "load" not in parts:

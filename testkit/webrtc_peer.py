@@ -33,6 +33,7 @@ class Received:
     # receiver's wall clock when it came (unix s)): what a browser syncs the tracks by
     origins: dict = field(default_factory=dict)
     reports: dict = field(default_factory=dict)
+    payload_bytes: dict = field(default_factory=dict)  # per kind: RTP payload bytes received
 
 
 def without_candidates(sdp: str) -> str:
@@ -97,6 +98,7 @@ class WhepPeer:
         relay: tuple[str, str, str] | None = None,
         host: tuple[str, ...] = ("127.0.0.1",),
         stun: str | None = None,
+        video_codecs: tuple[str, ...] | None = None,
     ) -> None:
         """`audio_first`: the audio m-line before the video's, as a browser's Pipecat
         client offers (Pipecat's SmallWebRTC transport takes the first for audio).
@@ -104,7 +106,9 @@ class WhepPeer:
         on that server and sends and receives through it (ICE's "relay" policy), as a
         player behind a NAT that lets nothing else through. `host`: the addresses it
         gathers its host candidates on (loopback by default). `stun`: a STUN server's URL,
-        which gives it a candidate on its NAT's outside address (server reflexive)."""
+        which gives it a candidate on its NAT's outside address (server reflexive).
+        `video_codecs`: the only video codecs it offers, in this order ("VP8", "H264");
+        None: aiortc's (VP8, then H.264)."""
         from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection
         from aiortc.rtcconfiguration import RTCIceTransportPolicy
 
@@ -130,6 +134,15 @@ class WhepPeer:
             self.pc.addTransceiver("audio", direction="recvonly")
         if audio_first:
             self.pc.addTransceiver("video", direction="recvonly")
+        if video_codecs is not None:
+            from aiortc import RTCRtpReceiver
+
+            caps = RTCRtpReceiver.getCapabilities("video").codecs
+            wanted = [c for name in video_codecs for c in caps if c.name == name]
+            rtx = [c for c in caps if c.name == "rtx"]
+            for t in self.pc.getTransceivers():
+                if t.kind == "video":
+                    t.setCodecPreferences(wanted + rtx)
         self.pc.on("track", self._on_track)
 
     def _on_track(self, track) -> None:
@@ -193,6 +206,7 @@ class WhepPeer:
 
         async def rtp(packet, *args, **kwargs):
             r.origins.setdefault(kind, packet.timestamp)
+            r.payload_bytes[kind] = r.payload_bytes.get(kind, 0) + len(packet.payload)
             return await on_rtp(packet, *args, **kwargs)
 
         async def rtcp(packet):

@@ -124,9 +124,12 @@ def configure_ice(addresses: Sequence[str] | None) -> None:
 
 
 def configure_bitrate(profile: str) -> None:
-    from aiortc.codecs import vpx
+    """The video encoders' bitrate range: the profile's ceiling, VP8's floor, the same for
+    H.264 and VP8 (rtc_codecs.py)."""
+    from aiortc.codecs import h264, vpx
 
-    vpx.MAX_BITRATE = MAX_BITRATE.get(profile, MAX_BITRATE["preview"])
+    vpx.MAX_BITRATE = h264.MAX_BITRATE = MAX_BITRATE.get(profile, MAX_BITRATE["preview"])
+    h264.MIN_BITRATE = vpx.MIN_BITRATE
 
 
 def _tracks_base():
@@ -363,33 +366,39 @@ def _thread_cpu(ident: int) -> float:
 
 
 def cpu_split(peer: Peer) -> dict[str, float] | None:
-    """The worker's CPU per frame sent since the pump started, in ms, by where it went:
-    render (the pump's thread), encode and packetise (the video encoder's, on aiortc's
-    executor thread, rtc_codecs.py), sound (Opus, the same), send (the event loop's
-    thread: RTP packets, SRTP, the sockets, the tracks' queues, the control channel) and
-    rest (the process's CPU less these: the interpreter's other threads, the collector).
-    None before the first frame."""
+    """The worker's CPU since the pump started, in ms per frame, by where it went: render
+    (the pump's thread, per frame rendered), encode and packetise (the video encoder's,
+    on aiortc's executor thread, rtc_codecs.py, per frame encoded), and per frame sent
+    (encoded): sound (Opus, on the same thread), send (the event loop's thread: RTP
+    packets, SRTP, the sockets, the tracks' queues, the control channel), rest (the
+    process's CPU less all these: the interpreter's other threads, the collector) and
+    total. A frame the tracks dropped was rendered and never encoded: `rendered` and
+    `encoded` say how many of each. None before the first frame."""
     from hotplate.serve.rtc_codecs import sender_encoder
 
-    frames = peer.pump.stats.frames
-    if peer.cpu_at_start is None or frames == 0:
+    rendered = peer.pump.stats.frames
+    if peer.cpu_at_start is None or rendered == 0:
         return None
     process = _process_cpu() - peer.cpu_at_start[0]
     send = _thread_cpu(peer.loop_thread) - peer.cpu_at_start[1]
-    parts = {"render": peer.pump.stats.render_cpu, "encode": 0.0, "packetise": 0.0, "sound": 0.0}
+    spent = {"render": peer.pump.stats.render_cpu, "encode": 0.0, "packetise": 0.0}
+    spent["sound"], encoded = 0.0, 0
     for sender in peer.pc.getSenders():
         enc = sender_encoder(sender)
         if enc is None or not hasattr(enc, "encode_seconds"):
             continue
         if sender.kind == "video":
-            parts["encode"] += enc.encode_seconds
-            parts["packetise"] += enc.packetise_seconds
+            spent["encode"] += enc.encode_seconds
+            spent["packetise"] += enc.packetise_seconds
+            encoded += enc.frames
         else:
-            parts["sound"] += enc.encode_seconds + enc.packetise_seconds
-    parts["send"] = send
-    parts["rest"] = process - sum(parts.values())
-    parts["total"] = process
-    return {k: round(1000 * v / frames, 3) for k, v in parts.items()}
+            spent["sound"] += enc.encode_seconds + enc.packetise_seconds
+    spent["send"] = send
+    spent["rest"] = process - sum(spent.values())
+    spent["total"] = process
+    out = {k: round(1000 * v / max(encoded, 1), 3) for k, v in spent.items()}
+    out["render"] = round(1000 * spent["render"] / rendered, 3)
+    return {**out, "rendered": rendered, "encoded": encoded}
 
 
 async def answer(
@@ -450,6 +459,9 @@ async def answer(
         kinds = {t.kind for t in pc.getTransceivers()}
         if "video" not in kinds:
             raise ValueError("the SDP offer asks for no video; offer to receive video (and audio)")
+        for t in pc.getTransceivers():  # the answer's first codec is the one sent
+            if t.kind == "video":
+                t._codecs = rtc_codecs.prefer(t._codecs)
         pc.addTrack(video_track(pump))
         if "audio" in kinds:
             pc.addTrack(audio_track(pump))

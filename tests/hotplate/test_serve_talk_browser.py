@@ -126,8 +126,13 @@ def test_talk_mode_connects_listens_talks_and_is_interrupted(server, world, tmp_
                 got += len(drain(page, reader))
             session = f"/v1/sessions/{page.evaluate('window.hotplateTalk.id')}"
             with server.client() as c:
-                speaking.append(c.get(session).json()["speaking_frames"])
+                figures = c.get(session).json()
+                speaking.append(figures["speaking_frames"])
         assert speaking[1] == speaking[0], speaking
+        # chromium's offer carries H.264 (after VP8): the server chose it, the cheaper encode
+        assert figures["codec"] == "H264", figures["codec"]
+        video = next(m for m in sdp.split("\nm=") if m.startswith("video"))
+        assert f"a=rtpmap:{video.split()[3]} H264/90000" in video, video  # the answer's first
 
         # the clip said over the speech socket (the microphone muted), then interrupted
         page.set_input_files("#audio", str(world / "clip.wav"))
