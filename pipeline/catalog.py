@@ -205,6 +205,9 @@ def bank_info(store: Store | None, key: str) -> dict | None:
     return {
         "key": key,
         "entries": int(manifest.get("entries", 0)),
+        # [min, max] of the footage's openings (`mouth.bank.opening_range`: inner-lip gap
+        # over the inter-ocular distance); None for an empty bank
+        "opening_range": manifest.get("opening_range") if manifest.get("entries") else None,
         "reason": manifest.get("reason", ""),
         "source": manifest.get("source", ""),
         "seconds": round(int(manifest.get("frames", 0)) / fps, 2),
@@ -221,6 +224,9 @@ def describe_bank(info: dict | None) -> str:
     if info["entries"] == 0:
         return f"empty ({info['reason']})"
     said = f"{info['entries']} mouths from {info['seconds']:g} s of footage"
+    if info.get("opening_range"):
+        lo, hi = info["opening_range"]
+        said += f", openings {lo:.3f}-{hi:.3f}"
     late = info.get("sound_late_ms", 0)
     if late:
         said += (

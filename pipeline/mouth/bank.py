@@ -31,10 +31,11 @@ from pipeline.mouth.lips import LIPS, apply, mouth_shape, to_canonical
 if TYPE_CHECKING:
     from pipeline.render.mouth.drive import Drive
 
-VERSION = 5  # 2: the windowed cepstrum and log-mel model, its penalties and drive share by CV;
+VERSION = 6  # 2: the windowed cepstrum and log-mel model, its penalties and drive share by CV;
 # 3: the drive's cue (loudness or phones) chosen by CV beside its share; 4: a clip whose
 # mouth moves is a bank without sound (its frames alone), the model only where it speaks;
-# 5: footage whose sound sits off its pictures is aligned before the model is fitted
+# 5: footage whose sound sits off its pictures is aligned before the model is fitted;
+# 6: its record says the footage's range of openings (`opening_range`)
 SCALE = 112.0  # crop pixels per inter-ocular distance
 CROP = (-0.85, 0.55, 0.85, 2.05)  # canonical x1, y1, x2, y2: mouth, chin, a dropped jaw
 FEATURE_RATE = 16000  # Hz the clip's audio is analysed at
@@ -163,6 +164,16 @@ def empty_bank(reason: str, **meta: object) -> BankBuild:
     return BankBuild(arrays, {"entries": 0, "reason": reason, **meta})
 
 
+def opening_range(shapes: np.ndarray) -> list[float]:
+    """[min, max] of a bank's openings (`lips.mouth_shape`'s: the inner lips' gap in
+    canonical units, one unit the inter-ocular distance): how far the footage's mouth
+    opens, and so how far the bank's own mouths can show; a render opens further than
+    the max where speech asks for more (`render/mouth/from_bank.py`)."""
+    if shapes.shape[0] == 0:
+        return [0.0, 0.0]
+    return [round(float(shapes[:, 0].min()), 4), round(float(shapes[:, 0].max()), 4)]
+
+
 def mouth_spread(landmarks: np.ndarray) -> float:
     """How far a clip's mouth moves: its openings' 10th to 90th percentile span, in
     canonical units (the still stage's measure, `precompile.still.rest_pose`); 0 when
@@ -256,6 +267,7 @@ def build_bank(
     arrays.update(shapes=shapes, lips=lips, jaw=jaw, frame_index=index)
     meta = {
         "entries": len(faces),
+        "opening_range": opening_range(shapes),
         "speech_share": share,
         "spread": spread,
         "scale": SCALE,

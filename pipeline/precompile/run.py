@@ -339,6 +339,7 @@ def _build_bank(
             "width": decode.meta["width"],
             "height": decode.meta["height"],
             "entries": int(bank.meta.get("entries", 0)),
+            "opening_range": bank.meta.get("opening_range"),
             "reason": bank.meta.get("reason", ""),
             "speech_share": bank.meta.get("speech_share", 0.0),
             "sound_late": bank.meta.get("sound_late", {}),

@@ -15,6 +15,12 @@ For a render with a bank (`pipeline/mouth/bank.py`):
    presenter's range (`asked_shapes`: its opening from rest to the bank's wide
    mouth, its spread onto the bank's widths); in silence (`silence.py`) the
    presenter's closed mouth instead, and for p, b, m where the bank follows loudness;
+   where the speech asks for a wider mouth than the footage holds (the drive's opening
+   on the warp's own scale, `speech_span`, from the footage's median mouth, past the
+   widest in the bank: `opening_range`), the excess is added to the target: the search
+   takes the bank's widest mouths and the renderer opens them further by it (`beyond`,
+   `warp.py`), so a presenter who barely opened the mouth in their footage does not
+   mumble; at rest and in small shapes the mouths are the presenter's own, untouched;
 2. one bank entry per output frame (where the phones are heard while the render runs,
    per piece as it is heard: `visemes.PhoneTrack`), by dynamic programming (Viterbi) over the shape
    distance to that target plus a cost for every jump between two entries that were
@@ -38,7 +44,7 @@ import numpy as np
 
 from pipeline.assets import AvatarAssets
 from pipeline.mouth.bank import CROP, SCALE, MouthBank, crop_from_frame, crop_size, cue_opening
-from pipeline.mouth.lips import to_canonical
+from pipeline.mouth.lips import apply, invert, to_canonical
 from pipeline.render.mouth.drive import Drive
 from pipeline.render.renderers.base import MouthPatch, fit_mask
 from pipeline.render.silence import SilenceParams, speech_weight
@@ -49,6 +55,8 @@ MORPH_SIGMA = 0.08  # canonical units: the reach of a point's move in `point_war
 MORPH_STAY = 0.05  # ... and the weight of no move, so the field fades out past ~2 sigma
 MORPH_STEP = 4  # px: the grid the field is computed on
 WIDE = 0.95  # quantile of the bank's openings the drive's full opening maps onto
+BEYOND_RAMP = 0.05  # canonical units past the footage's widest over which the opening
+# asked there grows into the procedural mouth's (`BankMouths._excess`)
 CANDIDATES = 12  # entries per frame the search considers (the nearest to its target)
 JUMP = 1.5  # cost of a cut to an entry that does not follow the last one in the clip
 STAY = 0.4  # cost of showing the same entry again (a frozen mouth)
@@ -234,11 +242,14 @@ class BankMouths:
         silence: SilenceParams | None,
         geometries: dict[int, tuple | None] | None = None,
         lookahead: int | None = None,
+        speech_span: float = 0.0,
     ) -> None:
         """`geometries`: the patch geometries of the stored frames, kept by the caller
         across prepares of the same assets (live prepares every few frames; each
         geometry costs a warp of the blend mask). `lookahead`: frames of audio past
-        each frame the caller has (`MouthBank.predict`; None: the whole file)."""
+        each frame the caller has (`MouthBank.predict`; None: the whole file).
+        `speech_span`: canonical units the renderer's own mouth opens at the drive's
+        full opening (0: never past the footage's widest mouth)."""
         # 1. target shapes: the presenter's, closed in silence and for p, b, m
         n = drive.open.size
         rest = bank.rest_shape()
@@ -265,7 +276,10 @@ class BankMouths:
 
             whole = drive.phones is None
         self._piece, self._weight, self._rest = piece, weight[:, None], rest
+        self._drive, self._span = drive, float(speech_span)
         self.target = np.zeros((n, 3), np.float32)
+        self.excess = np.zeros(n, np.float32)  # opening asked past the footage's widest
+        self.beyond_entry = np.zeros(n, np.float32)  # ... that the entry shown lacks
         self.entries = np.zeros(n, np.int64)
         self.other = np.full(n, -1, np.int64)  # the run a jump left, fading out (`fades`)
         self.other_weight = np.zeros(n, np.float32)
@@ -318,17 +332,79 @@ class BankMouths:
                 a, b = self._todo[0]
                 w = self._weight[a:b]
                 self.target[a:b] = w * self._piece(a, b) + (1.0 - w) * self._rest
-                self.entries[a:b] = select(self.bank, self.target[a:b])
+                self.excess[a:b] = self._excess(a, b)  # the drive rests in silence itself
+                # where speech asks for more than the footage holds, the search asks for
+                # the bank's widest mouth and the renderer opens the one it finds the rest
+                # of the way to what the speech asks (`beyond`)
+                wanted = self.target[a:b].copy()
+                top = float(self.bank.shapes[:, 0].max())
+                past = self.excess[a:b] > 0.0
+                wanted[past, 0] = top
+                self.entries[a:b] = select(self.bank, wanted)
+                short = top + self.excess[a:b] - self.bank.shapes[self.entries[a:b], 0]
+                self.beyond_entry[a:b] = np.where(past, np.maximum(short, 0.0), 0.0)
                 before = int(self.entries[a - 1]) if a else None
                 self.other[a:b], self.other_weight[a:b] = fades(
                     self.bank, self.entries[a:b], before
                 )
                 self._todo.pop(0)
 
+    def _excess(self, a: int, b: int) -> np.ndarray:
+        """(b - a,) canonical opening frames a..b ask for past the footage's widest
+        mouth (0 where they ask no more). The drive's opening o (0 to 1) asks for
+        rest + o x span: the presenter's closed mouth opened as the renderer's own
+        mouth opens it (`speech_span`, what the procedural mouth adds at 1), so footage
+        that opens that wide is never opened further. Past the widest, the excess grows
+        over BEYOND_RAMP into o x span, what the procedural mouth adds to a loop frame
+        (whose own opening is at most the widest): so a bank opens at least as wide as
+        its loop would without it, and without a step where it leaves the footage."""
+        if self._span <= 0.0:
+            return np.zeros(b - a, np.float32)
+        self._drive.ready(b - 1)
+        o = self._drive.open[a:b].astype(np.float32)
+        rest, top = float(self._rest[0]), float(self.bank.shapes[:, 0].max())
+        past = np.maximum(rest + o * self._span - top, 0.0)
+        ramp = np.clip(past / BEYOND_RAMP, 0.0, 1.0)
+        ramp = ramp * ramp * (3.0 - 2.0 * ramp)
+        return (past + ramp * np.maximum(o * self._span - past, 0.0)).astype(np.float32)
+
+    def beyond(self, t: int) -> float:
+        """Canonical units output frame t's mouth opens past the bank entry it shows
+        (0 but where the speech asks for more than the footage holds)."""
+        if t >= self.entries.size:
+            return 0.0
+        self._ready(t)
+        return float(self.beyond_entry[t])
+
+    def shown_landmarks(self, t: int, idx: int) -> np.ndarray | None:
+        """(68, 2) stored frame idx's landmarks with the lips and jaw of the mouth shown
+        at output frame t (its entry's, morphed as `patch` morphs them), in frame pixels;
+        None where the frame has no face."""
+        lm = np.asarray(self.assets.landmarks[idx], np.float64)
+        if not np.isfinite(lm).all():
+            return None
+        self._ready(t)
+        bank, j = self.bank, int(self.entries[t])
+        lips, jaw = bank.lips[j], None if bank.jaw is None else bank.jaw[j]
+        if self.other_weight[t] > 0.0:  # a morph: both mouths' points meet halfway
+            k, wk = int(self.other[t]), float(self.other_weight[t])
+            lips = wk * bank.lips[k] + (1.0 - wk) * lips
+            if jaw is not None:
+                jaw = wk * bank.jaw[k] + (1.0 - wk) * jaw
+        back = invert(to_canonical(lm))
+        out = lm.copy()
+        out[48:68] = apply(back, lips)
+        if jaw is not None:
+            out[4:13] = apply(back, jaw)
+        return out
+
     def shapes(self) -> np.ndarray:
-        """(T, 3) the shapes of the entries shown."""
+        """(T, 3) the shapes of the mouths shown: the entries', opened further where the
+        speech asks for more than the footage holds (`beyond`)."""
         self._ready()
-        return self.bank.shapes[self.entries]
+        got = self.bank.shapes[self.entries].copy()
+        got[:, 0] += self.beyond_entry
+        return got
 
     def _geometry(self, idx: int) -> tuple | None:
         """Stored frame idx's patch box, patch -> crop pixel map and blend weight (the

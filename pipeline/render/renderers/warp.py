@@ -31,6 +31,9 @@ When the persona has a mouth bank (`assets.bank`: footage of the presenter talki
 or without sound; a loop's own first), every frame's mouth comes from there instead: the
 presenter's own mouths, chosen for the shapes the speech asks for and warped onto the
 frame's head (`pipeline/render/mouth/from_bank.py`), so a loop's own words are gone.
+Where the speech asks for a wider mouth than the footage holds, the bank's widest mouth
+shown is opened further by steps 2-5, its lips and jaw taking the stored landmarks'
+place (`_further`).
 
 During silence longer than `silence.min_silence` the openness fades to 0 and stays
 there (the stored, closed pose), and is back before speech resumes
@@ -176,6 +179,7 @@ class WarpRenderer:
         self._bank = None  # BankMouths when the assets carry a bank
         self._library: LibraryMouth | None = None  # the mouth library, with no bank
         self._bank_geometries: dict[int, tuple | None] = {}  # kept as the plans are
+        self._further_at: tuple[int, int, tuple | None] | None = None  # (t, idx, `_further`)
 
     # 1. audio -> openness and shape per output frame (and bank entries, with a bank)
     def prepare(
@@ -197,7 +201,7 @@ class WarpRenderer:
             self._plans, self._styles, self._bank_geometries = {}, {}, {}
             self._library = None
         self._assets = assets
-        self._bank = None
+        self._bank, self._further_at = None, None
         if bank is None:
             # a still's gap, and a loop frame's under its own teeth (`_library_for`)
             library = default_library()  # None: unreadable (one warning) or off
@@ -220,7 +224,62 @@ class WarpRenderer:
                 self.silence,
                 self._bank_geometries,
                 ahead,
+                self._speech_span(),
             )
+
+    def _speech_span(self) -> float:
+        """Canonical units (inter-ocular distances) this renderer's own mouth opens the
+        inner lips by at the drive's full opening, on the first stored frame with a face
+        (a bank render opens its widest mouth further by it, `from_bank.BankMouths`);
+        0 where no frame has one."""
+        for idx in range(self._assets.n_frames):
+            plan = self._plan(idx)
+            if plan is not None:
+                lm = np.asarray(self._assets.landmarks[idx], np.float64)
+                return _inner_gap(plan) * _canonical_scale(lm)
+        return 0.0
+
+    def _further(self, t: int, idx: int) -> tuple | None:
+        """(landmarks, plan, openness) that open output frame t's bank mouth further
+        over stored frame idx (`BankMouths.beyond`: what speech asks past the footage's
+        widest mouth), the plan made on the shown mouth's lips and jaw; None where it
+        opens no further. The last frame's is kept (`mouth_source` then `patch` ask)."""
+        if self._further_at is not None and self._further_at[:2] == (t, idx):
+            return self._further_at[2]
+        got = None
+        extra = self._bank.beyond(t)
+        lm = self._bank.shown_landmarks(t, idx) if extra > 1e-4 else None
+        if lm is not None:
+            plan = _make_plan(self._assets, idx, lm.astype(np.float32))
+            per_unit = 0.0 if plan is None else _inner_gap(plan) * _canonical_scale(lm)
+            if per_unit > 1e-6:
+                got = (lm.astype(np.float32), plan, extra / per_unit)
+        self._further_at = (t, idx, got)
+        return got
+
+    def _bank_patch(self, t: int, idx: int, frame: np.ndarray) -> MouthPatch | None:
+        """The bank's mouth for output frame t, opened further (steps 2-5 on the shown
+        mouth's points, the painted interior in the new gap) where the speech asks for
+        more than the footage holds."""
+        got = self._bank.patch(t, idx, frame)
+        further = None if got is None else self._further(t, idx)
+        if further is None:
+            return got
+        lm, plan, o = further
+        shown = paste(frame, got)
+        r = float(self._shape[t]) if t < self._shape.size else 0.0
+        region = self._warp(shown, plan, o, r, Style.of(shown, lm))
+        a = self._assets
+        mbox = a.mask_boxes[idx]
+        x1, y1, x2, y2 = plan.box
+        mask = fit_mask(a.masks[idx], mbox)[
+            y1 - mbox[1] : y2 - mbox[1], x1 - mbox[0] : x2 - mbox[0]
+        ]
+        w, h = x2 - x1, y2 - y1
+        shown[y1:y2, x1:x2] = blend(shown[y1:y2, x1:x2], region, (0, 0, w, h), mask, (0, 0, w, h))
+        bx1, by1, bx2, by2 = got.box
+        box = (min(bx1, x1), min(by1, y1), max(bx2, x2), max(by2, y2))
+        return MouthPatch(box, shown[box[1] : box[3], box[0] : box[2]].copy())
 
     def _hears_phones(self, bank) -> bool:
         """Whether this render's drive hears the phones (`self.phones`, where it is set):
@@ -288,7 +347,12 @@ class WarpRenderer:
         if self._assets is None:
             raise RuntimeError("WarpRenderer.render() before prepare()")
         if self._bank is not None:
-            return self._bank.source(t, int(idx))
+            box = self._bank.source(t, int(idx))
+            further = None if box is None else self._further(t, int(idx))
+            if further is None:
+                return box
+            sx1, sy1, sx2, sy2 = further[1].src  # the warp reads around its work box
+            return (min(box[0], sx1), min(box[1], sy1), max(box[2], sx2), max(box[3], sy2))
         plan = self._plan(int(idx))
         o = self._still_opening(self._opening(t))
         if plan is None or o <= 1e-3:
@@ -316,7 +380,7 @@ class WarpRenderer:
         if self._assets is None:
             raise RuntimeError("WarpRenderer.render() before prepare()")
         if self._bank is not None:
-            return self._bank.patch(t, int(idx), frame)
+            return self._bank_patch(t, int(idx), frame)
         r = float(self._shape[t]) if t < self._shape.size else 0.0
         plan = self._plan(int(idx))
         o = self._still_opening(self._opening(t))
@@ -367,7 +431,11 @@ class WarpRenderer:
         return None if face is None else (self._library, face)
 
     # 3-4. remap the work region; teeth move with the lips, the new gap is painted
-    def _warp(self, frame: np.ndarray, plan: _Plan, o: float, r: float) -> np.ndarray:
+    def _warp(
+        self, frame: np.ndarray, plan: _Plan, o: float, r: float, style: Style | None = None
+    ) -> np.ndarray:
+        """`style`: the mouth's colours where they are not the stored frame's (a bank
+        mouth opened further)."""
         import cv2
 
         x1, y1, x2, y2 = plan.box
@@ -377,8 +445,10 @@ class WarpRenderer:
         # Backward map: output pixel p reads the source at p - o * d(p).
         map_x = field[..., 0] * -o + np.arange(x1 - sx1, x2 - sx1, dtype=np.float32)[None, :]
         map_y = field[..., 1] * -o + np.arange(y1 - sy1, y2 - sy1, dtype=np.float32)[:, None]
-        style = self._style(plan.idx, frame)
-        library = self._library_for(plan.idx, frame, style)
+        library = None
+        if style is None:
+            style = self._style(plan.idx, frame)
+            library = self._library_for(plan.idx, frame, style)
         gap = _mouth_interior(plan, o, r, map_x, map_y, (x1, y1), (sx1, sy1), style, library)
         src = frame[sy1:sy2, sx1:sx2]
         out = cv2.remap(src, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
@@ -415,9 +485,24 @@ def _face_axes(lm: np.ndarray) -> np.ndarray:
     return np.stack([across, down]).astype(np.float32)
 
 
-def _make_plan(assets: AvatarAssets, idx: int) -> _Plan | None:
-    """Geometry and coarse unit fields for stored frame idx; None if there is nothing to do."""
-    lm = np.asarray(assets.landmarks[idx], np.float32)
+def _inner_gap(plan: _Plan) -> float:
+    """Pixels the inner lips part by at openness 1 (their moves down the face, the lower
+    lip's middle less the upper's)."""
+    down = plan.inner_move @ plan.axes[1]
+    return float(down[[5, 6, 7]].mean() - down[[1, 2, 3]].mean())
+
+
+def _canonical_scale(lm: np.ndarray) -> float:
+    """Canonical units (inter-ocular distances) per pixel of a face's landmarks."""
+    from pipeline.mouth.lips import to_canonical
+
+    return float(np.sqrt(abs(np.linalg.det(to_canonical(lm)[:, :2]))))
+
+
+def _make_plan(assets: AvatarAssets, idx: int, lm: np.ndarray | None = None) -> _Plan | None:
+    """Geometry and coarse unit fields for stored frame idx (its landmarks, or `lm` in
+    their place); None if there is nothing to do."""
+    lm = np.asarray(assets.landmarks[idx] if lm is None else lm, np.float32)
     if not np.isfinite(lm).all():
         return None
     axes = _face_axes(lm)
