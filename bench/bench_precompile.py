@@ -272,9 +272,9 @@ if __name__ == "__main__":
         __doc__,
         add_arguments,
         quick={
-            "frames": 3,
+            "frames": 2,
             "size": "270x480",
-            "hot_frames": 2,
+            "hot_frames": 1,
             "crops": 1,
             "vae_width": 16,
         },
