@@ -598,7 +598,7 @@ def mouth_in_chromium(
     )
 
 
-STAGES = ("render", "encode", "packetise", "send", "sound", "rest", "total")
+STAGES = ("render", "fetch", "encode", "packetise", "send", "sound", "rest", "total")
 
 
 def proc_status(pid: int) -> tuple[float, int]:

@@ -352,9 +352,19 @@ class Peer:
     connected: asyncio.Event
     gone: asyncio.Future  # set with a one-line reason when the peer fails or closes
     codec: str | None = None  # the video codec the answer chose ("VP8", "H264")
-    # CPU s when the pump started: the process's, and the event loop thread's (cpu_split)
-    cpu_at_start: tuple[float, float] | None = None
+    # CPU s when the pump started: the process's, the event loop thread's and the
+    # conversation's fetch thread's (cpu_split)
+    cpu_at_start: tuple[float, float, float] | None = None
     loop_thread: int = field(default_factory=threading.get_ident)
+
+
+FETCH_THREAD = "talk-fetch"  # the conversation's thread that decodes the stored frames
+
+
+def _fetch_cpu() -> float:
+    """CPU s of the conversation's fetch thread (pipeline/render/conversation.py), 0 when
+    there is none."""
+    return sum(_thread_cpu(t.ident) for t in threading.enumerate() if t.name == FETCH_THREAD)
 
 
 def _process_cpu() -> float:
@@ -367,12 +377,12 @@ def _thread_cpu(ident: int) -> float:
 
 def cpu_split(peer: Peer) -> dict[str, float] | None:
     """The worker's CPU since the pump started, in ms per frame, by where it went: render
-    (the pump's thread, per frame rendered), encode and packetise (the video encoder's,
-    on aiortc's executor thread, rtc_codecs.py, per frame encoded), and per frame sent
-    (encoded): sound (Opus, on the same thread), send (the event loop's thread: RTP
-    packets, SRTP, the sockets, the tracks' queues, the control channel), rest (the
-    process's CPU less all these: the interpreter's other threads, the collector) and
-    total. A frame the tracks dropped was rendered and never encoded: `rendered` and
+    (the pump's thread) and fetch (the conversation's thread that decodes each stored
+    loop frame and converts it to I420), per frame rendered; encode and packetise (the
+    video encoder's, on aiortc's executor thread, rtc_codecs.py), sound (Opus, on the
+    same thread), send (the event loop's thread: RTP packets, SRTP, the sockets, the
+    tracks' queues, the control channel), rest (the process's CPU less all these: the
+    interpreter's other threads, the collector) and total, per frame encoded. A frame the tracks dropped was rendered and never encoded: `rendered` and
     `encoded` say how many of each. None before the first frame."""
     from hotplate.serve.rtc_codecs import sender_encoder
 
@@ -382,6 +392,7 @@ def cpu_split(peer: Peer) -> dict[str, float] | None:
     process = _process_cpu() - peer.cpu_at_start[0]
     send = _thread_cpu(peer.loop_thread) - peer.cpu_at_start[1]
     spent = {"render": peer.pump.stats.render_cpu, "encode": 0.0, "packetise": 0.0}
+    spent["fetch"] = _fetch_cpu() - peer.cpu_at_start[2]
     spent["sound"], encoded = 0.0, 0
     for sender in peer.pc.getSenders():
         enc = sender_encoder(sender)
@@ -397,7 +408,8 @@ def cpu_split(peer: Peer) -> dict[str, float] | None:
     spent["rest"] = process - sum(spent.values())
     spent["total"] = process
     out = {k: round(1000 * v / max(encoded, 1), 3) for k, v in spent.items()}
-    out["render"] = round(1000 * spent["render"] / rendered, 3)
+    for per_rendered in ("render", "fetch"):
+        out[per_rendered] = round(1000 * spent[per_rendered] / rendered, 3)
     return {**out, "rendered": rendered, "encoded": encoded}
 
 
@@ -436,7 +448,8 @@ async def answer(
         if state == "connected":
             peer.connected.set()
             if peer.cpu_at_start is None:
-                peer.cpu_at_start = (_process_cpu(), _thread_cpu(peer.loop_thread))
+                loop_cpu = _thread_cpu(peer.loop_thread)
+                peer.cpu_at_start = (_process_cpu(), loop_cpu, _fetch_cpu())
             pump.start()
         elif state in ("failed", "closed"):  # it hung up, or its ICE consent lapsed
             gone(f"the peer went away (connection {state}, ICE {pc.iceConnectionState})")
