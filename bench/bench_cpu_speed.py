@@ -470,8 +470,8 @@ if __name__ == "__main__":
             "vae_width": 16,
             "unet_width": 32,
             "unet_layers": 1,
-            "proxy": 256,
-            "parse_size": 256,
+            "proxy": 128,  # S3FD's six heads still each see a cell (128x72)
+            "parse_size": 128,
             "skip": "compile",
         },
     )
