@@ -65,6 +65,15 @@ LOWER_TEETH = 0.35  # under a stored frame's own teeth: the lower teeth's share 
 # at most (a laugh shows their tips over the lower lip; GRID's talker shows them whole)
 LOWER_TOP = 0.02  # ... and no higher than this under the entries' upper lip line
 TEETH_RAMP = 0.02  # canonical units the lower teeth fade into the cavity over
+LOWER_CORNER = 0.6  # u from each corner over which the lower teeth fade out (0.35: a thin
+# light line ran along the astronaut's gap to each corner, an outline at 2x)
+WET_LIP = 0.8  # the lower lip's inner edge under the gap: the lips' colour x this
+DEEP_WARM = 0.6  # under a stored frame's teeth, the cavity's share of the lips' hue ...
+DEEP_TONGUE = 0.08  # ... the tongue's crest over the gap's floor (canonical) ...
+DEEP_TONGUE_SHARE = 0.3  # ... at most this share of the gap's height ...
+DEEP_TONGUE_EDGE = 0.025  # ... its top's softness ...
+DEEP_TONGUE_HALF = 0.7  # ... its half-width, u units ...
+DEEP_TONGUE_RED = 1.35  # ... and its chroma x the lips' (`deep_fill`; interior.py's)
 GRAIN_MAX = 12.0  # the photo's grain added, at most this (8-bit units)
 NOISE_SIZE = 256  # the fixed noise field's side, px
 
@@ -394,6 +403,52 @@ def _sample(tex: np.ndarray, u: np.ndarray, v: np.ndarray, v_end: float) -> np.n
     )
 
 
+def deep_fill(
+    cavity: np.ndarray,
+    lips: np.ndarray,
+    u: np.ndarray,
+    down: np.ndarray,
+    above: np.ndarray,
+    height: np.ndarray,
+) -> np.ndarray:
+    """(h, w, 3) the mouth's depth under a stored frame's own upper teeth, at u across
+    (-1..1), `down` (0 under the teeth to 1 at the lower teeth) and `above` the gap's
+    lower edge (canonical units), in a gap `height` tall: the cavity (the library's
+    darkest, warmed towards the lips' hue: a mouth's inside is a dark red, not the grey
+    GRID's compressed frames give), in the teeth's shadow at the top and the cheeks'
+    towards the corners; and the tongue's back, a low dome on the gap's floor in the
+    middle (DEEP_TONGUE, at most DEEP_TONGUE_SHARE of the gap), redder than the lips and
+    lit on its crest. (The cavity's smooth ramp alone read as a flat grey crescent
+    between the astronaut's teeth at 2x.)"""
+    luma_w = np.array([0.299, 0.587, 0.114], np.float32)
+    cav = np.asarray(cavity, np.float32)
+    warm = lips * (float(cav @ luma_w) / max(float(lips @ luma_w), 1.0))
+    cav = cav + DEEP_WARM * (warm - cav)
+    middle = np.clip(1.0 - u * u, 0.0, 1.0)[..., None]
+    shade = (0.45 + 0.55 * smooth(down / 0.6))[..., None] * (0.6 + 0.4 * middle)
+    out = cav * shade
+    grey = float(lips @ luma_w)
+    red = grey + DEEP_TONGUE_RED * (lips - grey)
+    # its top a low dome across the middle, as deep below the gap's top everywhere as
+    # at the gap's tallest, less its rise: where the gap thins towards the corners it
+    # hides the tongue (drawn along the lower edge instead, it read as a red stripe)
+    tall = float(height.max(initial=0.0))
+    hump = np.clip(1.0 - (u / DEEP_TONGUE_HALF) ** 2, 0.0, 1.0)
+    rise = min(DEEP_TONGUE, DEEP_TONGUE_SHARE * tall) * hump
+    below = height - above  # under the gap's top
+    depth = below - (tall - rise)  # into the tongue, from its top
+    on = smooth(depth / DEEP_TONGUE_EDGE + 0.5) * (hump > 0.0)
+    crest = np.clip(1.0 - depth / max(float(rise.max(initial=0.0)), 1e-3), 0.0, 1.0)
+    tongue = red * (0.4 + 0.22 * crest)[..., None] * (0.7 + 0.3 * middle)
+    return out + on[..., None] * (tongue - out)
+
+
+def smooth(x: np.ndarray) -> np.ndarray:
+    """0 to 1 over x in [0, 1], flat at both ends (smoothstep)."""
+    x = np.clip(x, 0.0, 1.0)
+    return x * x * (3.0 - 2.0 * x)
+
+
 def under_teeth(
     tex: np.ndarray,
     opening: float,
@@ -414,16 +469,17 @@ def under_teeth(
     height = np.maximum(below + above, 0.0)
     # towards the corners the cheeks' shade hides the lower teeth (left in, a thin light
     # line ran along the gap's lower edge to each corner)
-    corner = np.clip((1.0 - np.abs(u)) / 0.35, 0.0, 1.0)
+    corner = np.clip((1.0 - np.abs(u)) / LOWER_CORNER, 0.0, 1.0)
     band = np.minimum(LOWER_TEETH * height, max(opening - LOWER_TOP, 0.0)) * corner
     teeth = _sample(tex, u, opening - above, V_RANGE[1])
-    # the tongue's back shows low in the cavity, just over the lower teeth
     down = np.clip(below / np.maximum(height - band, 1e-3), 0.0, 1.0)
-    fill = cavity_fill(cavity_colour(tex, opening, darkest), u, down, lips * TONGUE)
+    fill = deep_fill(cavity_colour(tex, opening, darkest), lips, u, down, above - band, height)
     w = np.clip((band - above) / TEETH_RAMP + 0.5, 0.0, 1.0)
     out = fill + (w * w * (3.0 - 2.0 * w))[..., None] * (teeth - fill)
+    # the lower lip's wet inner edge, darker than its outside (the lips' own colour
+    # there read as a light outline round the gap at 2x)
     lip = np.clip(-above / TEETH_RAMP, 0.0, 1.0)[..., None]
-    return out + lip * (lips - out)
+    return out + lip * (WET_LIP * lips - out)
 
 
 class LibraryMouth:
