@@ -682,5 +682,5 @@ if __name__ == "__main__":
         main,
         __doc__,
         add_arguments,
-        quick={"clips": ["katie_hill"], "seconds": 4.0, "step": 2, "bank_seconds": []},
+        quick={"clips": ["katie_hill"], "seconds": 4.0, "step": 3, "bank_seconds": []},
     )
