@@ -100,6 +100,14 @@ RECORD: dict[str, tuple[bool, Callable[[Any], bool]]] = {
     "speech_share": (False, lambda v: _number(v) and 0 <= v <= 1),
     # how far its footage's sound sat off its pictures (`mouth.bank.sound_offset`)
     "sound_late": (False, _str_map(_scalar)),
+    # [min, max] of its footage's openings (`mouth.bank.opening_range`); None for an empty bank
+    "opening_range": (
+        False,
+        lambda v: (
+            v is None
+            or (type(v) is list and len(v) == 2 and all(_number(x) for x in v) and v[0] <= v[1])
+        ),
+    ),
 }
 # a stage record as the store keeps it (`sizes` is the puller's own: derived, not sent)
 STAGE: dict[str, tuple[bool, Callable[[Any], bool]]] = {
@@ -122,7 +130,13 @@ STAGE: dict[str, tuple[bool, Callable[[Any], bool]]] = {
 }
 # a bank record's copies of its bank stage's meta: field -> what a build writes when the
 # meta has none (pipeline/precompile/run.py::_build_bank)
-BANK_COPIES = {"entries": 0, "reason": "", "speech_share": 0.0, "sound_late": {}}
+BANK_COPIES = {
+    "entries": 0,
+    "reason": "",
+    "speech_share": 0.0,
+    "sound_late": {},
+    "opening_range": None,
+}
 
 
 def _fields(record: Any, schema: Mapping[str, tuple[bool, Callable]], where: str) -> None:
