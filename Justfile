@@ -72,9 +72,13 @@ setup:
 demo: setup-demo
     {{py}} -m hotplate.demo
 
+# pytest processes `just test` runs side by side (pytest-xdist); `just test -n 0` runs one
+test_processes := env_var_or_default("HOTPLATE_TEST_PROCESSES", "2")
+
+# (two pytest processes, a module on one: its module-scoped servers made once; the longest modules first, tests/conftest.py)
 # run the whole test suite (CI runs exactly this)
 test *ARGS: setup
-    {{py}} -m pytest -q -ra --durations=15 {{ARGS}}
+    {{py}} -m pytest -q -ra --durations=15 -n {{test_processes}} --dist loadfile --no-loadscope-reorder {{ARGS}}
 
 # (`pytest -m quick`, run as if nothing else were installed: tests/quick_tier.py)
 # the quick tier: every package's unit tests and a render of a small loop, with the core and [dev] only

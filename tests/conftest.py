@@ -49,11 +49,39 @@ def pytest_configure(config: pytest.Config) -> None:
             collect_ignore.append(path)
 
 
+# the modules that take longest (a whole run's durations, 2026-12-07), longest first.
+# `just test` runs two pytest processes (pytest-xdist, --dist loadfile: a module stays on
+# one, so its module-scoped servers and clips are made once), which take modules in
+# collection order (--no-loadscope-reorder): started first, the long ones do not leave one
+# process running alone at the end while the other idles
+LONGEST_FIRST = [
+    "hotplate/test_ray.py",
+    "pipeline/test_mouth_still.py",
+    "hotplate/test_one_recipe.py",
+    "pipeline/test_mouth_bank.py",
+    "hotplate/test_serve_musetalk.py",
+    "pipeline/test_mouth_sync.py",
+    "pipeline/test_parity_cli.py",
+    "hotplate/test_serve_browser.py",
+    "hotplate/test_serve_watch.py",
+    "test_install.py",
+    "pipeline/test_still_mouth.py",
+    "pipeline/test_mouth_placement.py",
+]
+
+
+def _rank(item: pytest.Item) -> int:
+    module = item.path.as_posix().removeprefix(f"{ROOT.as_posix()}/tests/")
+    return LONGEST_FIRST.index(module) if module in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A slow test is not in the quick tier, whatever its module's mark says."""
+    """A slow test is not in the quick tier, whatever its module's mark says; the longest
+    modules go first (a stable sort: each module's tests keep their order)."""
     if QUICK and (slow := [i for i in items if i.get_closest_marker("slow")]):
         config.hook.pytest_deselected(items=slow)
         items[:] = [i for i in items if not i.get_closest_marker("slow")]
+    items.sort(key=_rank)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
