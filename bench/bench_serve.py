@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -349,15 +350,15 @@ def main(bench: Bench) -> None:
             audio_check_cost(bench, Path(tmp), args.bomb_hours, args.audio_limit)
     if args.only_audio:
         return
-    if not args.only_guard:
-        with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
-            root = Path(tmp)
-            clip = make_hot_avatar(root, args.clip_seconds)
-            throughput(bench, root, clip)
-    with tempfile.TemporaryDirectory(prefix="bench-serve-guard-") as tmp:
-        root = Path(tmp)
-        clip = make_hot_avatar(root, args.clip_seconds)
-        guard_cost(bench, root, clip, args.guard_requests, args.guard_repeats)
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        # the hot avatar is built once; each part's servers get a copy of its own
+        hot = Path(tmp) / "hot"
+        clip = make_hot_avatar(hot, args.clip_seconds).name
+        if not args.only_guard:
+            root = Path(shutil.copytree(hot, Path(tmp) / "throughput"))
+            throughput(bench, root, root / clip)
+        root = Path(shutil.copytree(hot, Path(tmp) / "guard"))
+        guard_cost(bench, root, root / clip, args.guard_requests, args.guard_repeats)
 
 
 def throughput(bench: Bench, root: Path, clip: Path) -> None:
