@@ -12,6 +12,7 @@ concurrent gc cannot take the avatar away mid-render. Front ends only turn their
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -24,6 +25,8 @@ from cachestore.store import Store
 from pipeline.precompile.recipe import Recipe
 from pipeline.render.live import LiveReport
 from pipeline.render.video import FragmentSink, RenderReport
+
+logger = logging.getLogger(__name__)
 
 # progress(step, done, total): step is "jit <stage>" during a JIT precompile, else "render"
 Progress = Callable[[str, int, int], None]
@@ -76,6 +79,7 @@ class LipSyncOutcome:
     render: RenderReport
     first_frame_seconds: float  # from the call until the first frame was encoded
     bank: str | None = None  # the mouth bank the mouths came from (warp), if any
+    bank_jit: bool = False  # the avatar was hot; only its loop's bank was built (jit too)
 
 
 def check_audio(audio: Path) -> None:
@@ -96,6 +100,7 @@ class HotAvatar:
     jit: bool
     jit_seconds: float
     bank: str | None = None  # the persona's hot mouth bank (warp only), leased with the avatar
+    bank_jit: bool = False  # only the loop's own bank was built for this request (hot avatar)
 
     def assets(self, store: Store):
         """The avatar's assets for the render, the persona's mouth bank with them."""
@@ -126,7 +131,7 @@ def hot_avatar(
     from pipeline.hot import lease_avatar, why_not_hot
     from pipeline.personas import resolve as resolve_source
     from pipeline.precompile.recipe import effective_recipe
-    from pipeline.precompile.run import precompile_with_bank
+    from pipeline.precompile.run import precompile, precompile_with_bank
 
     # 1. check everything that needs no work: names, the caller's checks, weights
     found = resolve_source(personas, request.persona, request.attire, request.motion, request.video)
@@ -173,6 +178,33 @@ def hot_avatar(
             pulled = report.pulled is not None
         elif not store.readonly:
             store.count("hits")
+        bank_jit = False
+        if not jit and request.backend == "warp" and own_bank_missing(store, found.path, recipe):
+            # a hot avatar whose loop has no bank record under this bank version (a store
+            # from before the bank stage's version was bumped, or before banks): its bank
+            # is built now, under the flight lock and the render's lease, as a JIT build's
+            # is; else every upgraded store would render the painted mouth until a sync
+            if request.no_jit or store.readonly:
+                (on_wait or logger.info)(
+                    f"{found.path.name}: its mouth bank is not built for this version and "
+                    f"{'the store is read-only here' if store.readonly else '--no-jit was given'}"
+                    f": the painted mouth; `hotplate precompile {found.path}` builds it"
+                )
+            else:
+                if on_jit is not None:
+                    on_jit()
+                jit_start = time.perf_counter()
+                precompile(
+                    found.path,
+                    recipe,
+                    store,
+                    bank=True,
+                    progress=lambda stage, done, total: progress(f"jit {stage}", done, total),
+                    flight_wait=flight_wait,
+                    on_wait=on_wait,
+                    lease=lease,  # gc keeps the bank's stages from before its first write
+                )
+                jit, jit_seconds, bank_jit = True, time.perf_counter() - jit_start, True
         bank = None
         if request.backend == "warp":  # its mouths from the presenter's footage, when hot
             from pipeline.catalog import persona_bank
@@ -198,7 +230,27 @@ def hot_avatar(
                 bank = got[0]
                 if lease is not None:
                     lease.extend([bank])
-        yield HotAvatar(avatar, found.path, recipe, options, jit, jit_seconds, bank)
+        yield HotAvatar(avatar, found.path, recipe, options, jit, jit_seconds, bank, bank_jit)
+
+
+def own_bank_missing(store: Store, path: Path, recipe: Recipe) -> bool:
+    """True when `path` is a loop whose own mouth bank record is absent under `recipe`
+    and the bank stage's version (or is damaged): a render builds it before it chooses
+    a bank (`hot_avatar`). A still has no footage of a mouth, so none is missing."""
+    from pipeline.catalog import bank_plan
+    from pipeline.hot import hot_check
+    from pipeline.media import is_still
+
+    if is_still(path):
+        return False
+    try:
+        key = bank_plan(store, path, recipe, "loop").avatar
+    except OSError:  # the file vanished since it was resolved: the render's own error
+        return False
+    if store.readonly:  # nothing can be rebuilt here, and a damaged blob is not removed
+        return store.read_value("avatar", key) is None
+    manifest, damaged = hot_check(store, key)
+    return manifest is None or bool(damaged)
 
 
 def lip_sync(
@@ -261,6 +313,7 @@ def lip_sync(
         render=result,
         first_frame_seconds=render_called - started + result.first_frame_seconds,
         bank=hot.bank,
+        bank_jit=hot.bank_jit,
     )
 
 

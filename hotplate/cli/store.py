@@ -80,6 +80,9 @@ def resolve(
             else {**bank_info(store, found_bank[0]), "clip": str(found_bank[1])}
         )
     no_bank = None if bank is not None else not_talking(store, found.path, recipe)
+    bank_state = None
+    if (backend or settings.renderer) == "warp":
+        bank_state = bank_state_of(store, found.path, recipe, bank, no_bank)
     mouth = None
     if (backend or settings.renderer) == "warp":
         from pipeline.media import is_still
@@ -103,6 +106,10 @@ def resolve(
                 "why": why,
                 "bank": bank,
                 "no_bank": no_bank,  # the loop's own footage judged not talking: why
+                # "built" (its own or a persona's bank), "none" (no_bank says why, or a
+                # still with no talking footage), "not built" (its loop's bank is not in
+                # the store under this bank version: a precompile or a render builds it)
+                "bank_state": bank_state,
                 "mouth": mouth,
             }
         )
@@ -118,6 +125,10 @@ def resolve(
         from pipeline.catalog import describe_bank
 
         click.echo(f"bank     {bank['key']}  {Path(bank['clip']).name}: {describe_bank(bank)}")
+        if bank_state == "not built":  # a render builds the loop's own first, then takes it
+            click.echo(f"         {found.path.name}'s own: {NOT_BUILT}")
+    elif bank_state == "not built":
+        click.echo(f"bank     none: {NOT_BUILT}")
     elif (backend or settings.renderer) == "warp" and no_bank is not None:
         click.echo(f"bank     none: {found.path.name} judged not talking: {no_bank}")
     elif (backend or settings.renderer) == "warp":
@@ -136,6 +147,28 @@ MOUTHS = {  # what `hotplate resolve` says of the mouth a warp render shows
     " library's cavity and lower teeth",
     "painted": "painted (the mouth library unreadable or off)",
 }
+
+
+NOT_BUILT = "not yet built for this version: run hotplate precompile or render once"
+
+
+def bank_state_of(store, path: Path, recipe, bank: dict | None, no_bank: str | None) -> str:
+    """ "built", "none" or "not built" (`resolve --json`'s `bank_state`): not built when
+    the loop's own bank record is absent under this recipe and bank version (a store from
+    before the bank stage's last version, or a loop never precompiled), which the next
+    render builds (`pipeline.lip_sync.own_bank_missing`) before it takes a bank."""
+    from pipeline.media import is_still
+
+    if not is_still(path) and no_bank is None:
+        from pipeline.catalog import bank_plan
+
+        try:
+            key = bank_plan(store, path, recipe, "loop").avatar
+        except OSError:  # the file vanished since it was resolved
+            key = None
+        if key is not None and (store is None or store.read_value("avatar", key) is None):
+            return "not built"
+    return "built" if bank is not None else "none"
 
 
 def not_talking(store, path: Path, recipe) -> str | None:
