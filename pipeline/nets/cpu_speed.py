@@ -178,7 +178,7 @@ class _OnnxRunner:
         outs = [f"out{i}" for i in range(len(_outputs(first)))]
         # exported once per weights (like OpenVINO's conversions): kept in the cache dir
         # a folder per model: an export over 2 GB writes its weights as files beside it
-        folder = _cache_dir() / f"{_digest(module, example, 'onnx')}.onnx"
+        folder = cache_dir() / f"{_digest(module, example, 'onnx')}.onnx"
         path = folder / "model.onnx"
         if not path.is_file():
             work = folder.with_name(f"{folder.name}.{os.getpid()}.part")
@@ -224,7 +224,7 @@ class _OpenVinoRunner:
         self._core = ov.Core()
         # Converting a big network takes minutes on a busy CPU: keep the converted model
         # on disk under a digest of the module's code path, weights and input ranks.
-        path = _cache_dir() / f"{_digest(module, example, ov.__version__)}.xml"
+        path = cache_dir() / f"{_digest(module, example, ov.__version__)}.xml"
         if path.is_file():
             self._model = self._core.read_model(str(path))
         else:
@@ -281,8 +281,10 @@ def _dynamic(x: Any) -> dict[int, str]:
 CACHE_ENV = "HOTPLATE_CPU_CACHE"
 
 
-def _cache_dir() -> Path:
-    """Where converted models are kept: $HOTPLATE_CPU_CACHE, else ~/.cache/hotplate/cpu."""
+def cache_dir() -> Path:
+    """Where converted models are kept: $HOTPLATE_CPU_CACHE, else ~/.cache/hotplate/cpu
+    (a test that gives a process a HOME of its own passes this on, so that the process
+    does not convert again what this machine has converted)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
