@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -30,19 +31,32 @@ SIZE = 256  # px: the face image's side: a small loop, fast to build and render
 NOT_BUILT = "not yet built for this version: run hotplate precompile or render once"
 
 
-@pytest.fixture
-def root(tmp_path) -> Path:
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The loop, the new speech, and a store in which `hotplate precompile` made the
+    loop's avatar and bank (each test takes a copy of the store)."""
     import cv2
 
     from testkit.footage import write_clip
 
+    root = tmp_path_factory.mktemp("bank_upgrade")
     face = faces.samples(("grace_hopper",), ("upright",))[0].image
     face = cv2.resize(face, (SIZE, SIZE), interpolation=cv2.INTER_AREA)
-    words = espeak("Peter Piper picked a peck of pickled peppers.", tmp_path / "own.wav")
+    words = espeak("Peter Piper picked a peck of pickled peppers.", root / "own.wav")
     frames, audio = talking_frames(face, words, TALKING_RATE)
-    (tmp_path / "personas" / "grace").mkdir(parents=True)
-    write_clip(tmp_path / "personas" / "grace" / "talk.mp4", frames, audio, TALKING_RATE, 25.0)
-    espeak("Bob bought a blue balloon.", tmp_path / "new.wav")
+    (root / "personas" / "grace").mkdir(parents=True)
+    write_clip(root / "personas" / "grace" / "talk.mp4", frames, audio, TALKING_RATE, 25.0)
+    espeak("Bob bought a blue balloon.", root / "new.wav")
+    hotplate(root, "precompile", str(root / "personas" / "grace" / "talk.mp4"))
+    return root
+
+
+@pytest.fixture
+def root(built, tmp_path) -> Path:
+    """A copy of `built`: its loop, speech and store, for one test to change."""
+    for name in ("personas", "cache"):
+        shutil.copytree(built / name, tmp_path / name)
+    shutil.copy(built / "new.wav", tmp_path / "new.wav")
     return tmp_path
 
 
@@ -81,7 +95,6 @@ def bump_the_bank_version(root: Path, key: str) -> None:
 
 
 def test_a_hot_avatar_without_its_bank_builds_it_at_render(root):
-    hotplate(root, "precompile", str(root / "personas" / "grace" / "talk.mp4"))
     before = resolved(root)
     assert before["state"] == "hot" and before["bank_state"] == "built", before
     key = before["bank"]["key"]
@@ -121,3 +134,25 @@ def test_a_hot_avatar_without_its_bank_builds_it_at_render(root):
     rows = json.loads(hotplate(root, "ls", "--json").stdout)["sources"]
     (row,) = [r for r in rows if r["persona"] == "grace"]
     assert row["bank"]["state"] == "hot" and row["bank"]["key"] == key, row
+
+
+def test_the_services_render_builds_it_too(root):
+    """The HTTP service's render goes through the same steps (`pipeline.lip_sync`): its
+    no-jit warm-up builds nothing, the first request builds the bank and says `jit`."""
+    from testkit.serve_helpers import Server, post_render
+
+    key = resolved(root)["bank"]["key"]
+    bump_the_bank_version(root, key)
+    with Server(root, "--workers", "1") as server, server.client() as client:
+        assert resolved(root)["bank_state"] == "not built"  # the warm-up built nothing
+        first = post_render(
+            client, "/v1/lip-sync", root / "new.wav", persona="grace", attire="talk"
+        )
+        assert first.status_code == 200, first.text
+        assert first.headers["X-Hotplate-Cache"] == "jit", dict(first.headers)
+        after = resolved(root)
+        assert after["bank_state"] == "built" and after["bank"]["key"] == key, after
+        again = post_render(
+            client, "/v1/lip-sync", root / "new.wav", persona="grace", attire="talk"
+        )
+        assert again.status_code == 200 and again.headers["X-Hotplate-Cache"] == "hit"
