@@ -40,6 +40,10 @@ class FrameSource:
 
         return decode_yuv(self._blob(i))
 
+    def frame_key(self, i: int) -> tuple:
+        """What stored frame i decodes to, by content (pipeline/loop_frames.py's key)."""
+        return ("frame", self.digests[i])
+
     def proxy(self, i: int, proxy: int) -> tuple[np.ndarray, float]:
         from pipeline.media import decode_proxy
 
@@ -69,6 +73,12 @@ class StilledFrames(FrameSource):
         super().__init__(store, blobs, full_side)
         self.boxes = np.asarray(boxes, np.int32)
         self.patch_digests = [patch_blobs.get(still_patch_name(i)) for i in range(len(self))]
+
+    def frame_key(self, i: int) -> tuple:
+        patch = self.patch_digests[i]
+        if patch is None:
+            return super().frame_key(i)
+        return ("stilled", self.digests[i], patch, tuple(int(v) for v in self.boxes[i]))
 
     def _blobs(self, i: int) -> tuple[np.ndarray, np.ndarray | None]:
         patch = self.patch_digests[i]

@@ -19,8 +19,9 @@ The interface (stable: the WebRTC sessions and the Pipecat service are built on 
 
     Frame.index             output frame number, from 0
     Frame.video             av.VideoFrame, yuv420p (BT.601 limited), width x height (even);
-                            read-only pixels (it may be a stored frame shared with later
-                            frames); the caller may set its pts and time_base
+                            a new object for each frame, whose pts and time_base the caller
+                            may set; read-only pixels (at rest they are a stored loop
+                            frame's, shared with later frames and the process's sessions)
     Frame.to_rgb()          the picture as an (height, width, 3) uint8 RGB array
     Frame.audio             (samples_per_frame,) int16 mono at audio_rate
     Frame.speaking          this frame carries speech
@@ -50,12 +51,14 @@ is shown). `samples_per_frame` is audio_rate / fps rounded; when that is not who
 fps becomes audio_rate / samples_per_frame, so that audio and video keep one clock.
 
 Work per frame: one renderer prepare on the window (about 1 ms for warp's 4 s) and
-the mouth of one frame; stored frames are decoded ahead on a thread
-(`pipeline.frames.ScheduledFrames`, so a loop that fits its budget decodes once).
+the mouth of one frame; stored frames are decoded ahead on a thread, each once per
+process while the loop frames' budget holds them (pipeline/loop_frames.py: kept as I420
+and shared by the process's sessions; a frame at rest goes to the encoder as kept).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import deque
@@ -343,20 +346,34 @@ class Conversation:
             self._stop.set()
 
     def _fetch(self) -> None:
-        from pipeline.frames import ScheduledFrames, yuv_loader
+        from pipeline.frames import CACHE_BYTES, yuv_loader
+        from pipeline.loop_frames import LoopFrames, shared
         from pipeline.render.schedule import schedule
 
         assets = self._assets
+        own = None  # in-memory frames (no content key): kept for this conversation alone
         while not self._stop.is_set():
             n = assets.n_frames
             period = 1 if n == 1 else (n if self.loop == "cycle" else 2 * n - 2)
             idxs = schedule(max(1, SEGMENT // period) * period, n, self.loop)
-            frames = ScheduledFrames(yuv_loader(assets.load_frame), idxs)
-            for t, i, frame, owned in frames:
+            load = assets.load_frame
+            decode = yuv_loader(load)
+            if hasattr(load, "frame_key"):
+                frames, key = shared(), load.frame_key
+            else:
+                own = own or LoopFrames(CACHE_BYTES)
+                frames, key = own, functools.partial(_own_key, load)
+            for t, i in enumerate(idxs):
                 if t % period == 0:  # a loop point: the first stored frame comes next
                     with self._lock:
                         switch, self._pending = self._pending, None
                     if switch is not None and switch is not assets:
                         assets = switch
                         break
+                # at the latest, a frame comes back a loop's period later
+                frame, owned = frames.get(key(i), functools.partial(decode, i), period / self.fps)
                 _put(self._fetched, (assets, i, frame, owned), self._stop)
+
+
+def _own_key(load, i: int) -> tuple:
+    return (load, i)  # the loader itself, not its id: kept, it is not reused for another
