@@ -80,9 +80,9 @@ def resolve(
             else {**bank_info(store, found_bank[0]), "clip": str(found_bank[1])}
         )
     no_bank = None if bank is not None else not_talking(store, found.path, recipe)
-    bank_state = None
+    bank_state, not_built = None, ""
     if (backend or settings.renderer) == "warp":
-        bank_state = bank_state_of(store, found.path, recipe, bank, no_bank)
+        bank_state, not_built = bank_state_of(store, found.path, recipe, p.avatar, bank)
     mouth = None
     if (backend or settings.renderer) == "warp":
         from pipeline.media import is_still
@@ -126,9 +126,9 @@ def resolve(
 
         click.echo(f"bank     {bank['key']}  {Path(bank['clip']).name}: {describe_bank(bank)}")
         if bank_state == "not built":  # a render builds the loop's own first, then takes it
-            click.echo(f"         {found.path.name}'s own: {NOT_BUILT}")
+            click.echo(f"         {found.path.name}'s own: {not_built}")
     elif bank_state == "not built":
-        click.echo(f"bank     none: {NOT_BUILT}")
+        click.echo(f"bank     none: {not_built}")
     elif (backend or settings.renderer) == "warp" and no_bank is not None:
         click.echo(f"bank     none: {found.path.name} judged not talking: {no_bank}")
     elif (backend or settings.renderer) == "warp":
@@ -150,25 +150,29 @@ MOUTHS = {  # what `hotplate resolve` says of the mouth a warp render shows
 
 
 NOT_BUILT = "not yet built for this version: run hotplate precompile or render once"
+# an older avatar (`catalog.plan_for`): a render builds none of the bank's first stages
+NOT_BUILT_OLDER = (
+    "not yet built for this version: run hotplate precompile (the avatar is an older "
+    "build, whose stages a render does not rebuild)"
+)
 
 
-def bank_state_of(store, path: Path, recipe, bank: dict | None, no_bank: str | None) -> str:
-    """ "built", "none" or "not built" (`resolve --json`'s `bank_state`): not built when
-    the loop's own bank record is absent under this recipe and bank version (a store from
-    before the bank stage's last version, or a loop never precompiled), which the next
-    render builds (`pipeline.lip_sync.own_bank_missing`) before it takes a bank."""
+def bank_state_of(store, path: Path, recipe, avatar: str, bank: dict | None) -> tuple[str, str]:
+    """The bank's state, `resolve --json`'s `bank_state` ("built", "none" or "not
+    built"), and for "not built" the line that says so: the loop's own bank record is absent under this recipe
+    and bank version (a store from before the bank stage's last version, or a loop never
+    precompiled), which the next render of its hot avatar builds before it takes a bank
+    (`pipeline.lip_sync.own_bank_missing`), or precompile for an older avatar."""
     from pipeline.media import is_still
 
-    if not is_still(path) and no_bank is None:
-        from pipeline.catalog import bank_plan
+    if store is None:
+        return ("none", "") if is_still(path) else ("not built", NOT_BUILT)
+    from pipeline.lip_sync import own_bank_missing
 
-        try:
-            key = bank_plan(store, path, recipe, "loop").avatar
-        except OSError:  # the file vanished since it was resolved
-            key = None
-        if key is not None and (store is None or store.read_value("avatar", key) is None):
-            return "not built"
-    return "built" if bank is not None else "none"
+    missing = own_bank_missing(store, path, recipe, avatar)
+    if missing is not None:
+        return "not built", NOT_BUILT if missing == "build" else NOT_BUILT_OLDER
+    return ("built" if bank is not None else "none"), ""
 
 
 def not_talking(store, path: Path, recipe) -> str | None:
