@@ -224,17 +224,23 @@ class _OpenVinoRunner:
         self._core = ov.Core()
         # Converting a big network takes minutes on a busy CPU: keep the converted model
         # on disk under a digest of the module's code path, weights and input ranks.
-        path = cache_dir() / f"{_digest(module, example, ov.__version__)}.xml"
+        # A folder per model, renamed into place whole: two processes converting the same
+        # model at once (pytest-xdist, two workers) could otherwise pair one's .xml with
+        # the other's .bin
+        folder = cache_dir() / f"{_digest(module, example, ov.__version__)}.openvino"
+        path = folder / "model.xml"
         if path.is_file():
             self._model = self._core.read_model(str(path))
         else:
             with torch.no_grad():
                 self._model = ov.convert_model(module, example_input=example)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            part = path.with_name(f"{path.stem}.{os.getpid()}.part.xml")
-            ov.save_model(self._model, str(part), compress_to_fp16=False)
-            part.with_suffix(".bin").replace(path.with_suffix(".bin"))
-            part.replace(path)  # the .xml last: it marks a complete pair
+            work = folder.with_name(f"{folder.name}.{os.getpid()}.part")
+            work.mkdir(parents=True, exist_ok=True)
+            ov.save_model(self._model, str(work / "model.xml"), compress_to_fp16=False)
+            try:
+                work.replace(folder)
+            except OSError:  # another process put the same conversion there first
+                shutil.rmtree(work, ignore_errors=True)
         self._compiled: dict[tuple[tuple[int, ...], ...], Any] = {}
 
     def _for(self, shapes: tuple[tuple[int, ...], ...]) -> Any:

@@ -152,10 +152,12 @@ def test_openvino_conversion_is_kept_on_disk(tmp_path, monkeypatch):
     torch.manual_seed(0)
     net, x = build_bisenet().eval(), torch.randn(1, 3, 64, 64)
     first = cpu_runner(net, (x,), "openvino")(x)
-    kept = sorted(p.suffix for p in tmp_path.iterdir())
-    assert kept == [".bin", ".xml"]  # one converted model, no leftover .part files
+    # one converted model, a folder holding its pair, no leftover .part folder
+    (kept,) = tmp_path.iterdir()
+    assert kept.suffix == ".openvino"
+    assert sorted(p.name for p in kept.iterdir()) == ["model.bin", "model.xml"]
     assert torch.equal(cpu_runner(net, (x,), "openvino")(x), first)  # read back, same numbers
     with torch.no_grad():
         net.conv_out.conv_out.weight.mul_(2)  # other weights: another entry, not a stale hit
     cpu_runner(net, (x,), "openvino")(x)
-    assert len(list(tmp_path.glob("*.xml"))) == 2
+    assert len(list(tmp_path.glob("*.openvino/model.xml"))) == 2
