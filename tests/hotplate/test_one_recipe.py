@@ -21,7 +21,6 @@ import pytest
 
 from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
-from pipeline.nets.cpu_speed import CACHE_ENV, cache_dir
 from testkit.serve_helpers import Server, post_render
 from tests.pipeline.parity_fixtures import save_upstream_models
 
@@ -49,9 +48,6 @@ def env_of(world: Path, **extra: str) -> dict[str, str]:
         **SETTINGS,
         "HOTPLATE_MODELS": str(world / "models"),
         "HOME": str(world / "home"),
-        # the converted networks this machine already has (their digests are their keys):
-        # a HOME of its own had each CLI process convert the tiny models again, ~25 s
-        CACHE_ENV: str(cache_dir()),
         "PYTHONPATH": str(REPO),
         "OMP_NUM_THREADS": "1",
         **extra,

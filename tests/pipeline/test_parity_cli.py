@@ -17,7 +17,6 @@ import pytest
 
 from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio, write_loop_video, write_wav
-from pipeline.nets.cpu_speed import CACHE_ENV, cache_dir
 from testkit.render_fixtures import read_video
 from tests.hotplate.test_cli_render import render_args
 from tests.pipeline.parity_fixtures import save_upstream_models
@@ -47,8 +46,6 @@ def hotplate(world, *args):
     repo = str(Path(__file__).resolve().parents[2])  # this checkout's code in the child
     env = {**os.environ, "HOME": str(world / "home"), "PYTHONPATH": repo}
     env["TORCH_HOME"] = str(world / "torch")
-    # the converted networks this machine already has, not an empty cache in that HOME
-    env[CACHE_ENV] = str(cache_dir())
     return subprocess.run(cmd, capture_output=True, text=True, cwd=world, env=env)
 
 
