@@ -46,10 +46,12 @@ def budget_from_env() -> int:
     got = os.environ.get(BUDGET_ENV, "").strip()
     if not got:
         return DEFAULT_BUDGET
+    if got == "0":
+        return 0
     try:
         return int(parse_size(got))
     except ValueError as exc:
-        raise ValueError(f"{BUDGET_ENV}={got!r}: {exc}; give bytes, or 64M, 1G") from None
+        raise ValueError(f"{BUDGET_ENV}: {exc} (0 keeps no frames)") from None
 
 
 @dataclass

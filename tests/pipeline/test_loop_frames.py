@@ -148,3 +148,15 @@ def test_the_budget_keeps_frames_in_use_and_lets_stale_ones_go():
     assert cache.get("c", lambda: small_frame(3), 1.0)[1] is False
     assert cache.get("b", lambda: small_frame(2), 1.0)[1] is True  # b went, c is in use
     assert (cache.decoded, cache.used) == (5, 48)
+
+
+def test_the_budget_is_read_from_the_environment(monkeypatch):
+    monkeypatch.delenv(loop_frames.BUDGET_ENV, raising=False)
+    assert loop_frames.budget_from_env() == loop_frames.DEFAULT_BUDGET
+    monkeypatch.setenv(loop_frames.BUDGET_ENV, "1G")
+    assert loop_frames.budget_from_env() == 1 << 30
+    monkeypatch.setenv(loop_frames.BUDGET_ENV, "0")  # keep nothing: every frame decoded
+    assert loop_frames.budget_from_env() == 0
+    monkeypatch.setenv(loop_frames.BUDGET_ENV, "lots")
+    with pytest.raises(ValueError, match=f"^{loop_frames.BUDGET_ENV}: 'lots' is not a size"):
+        loop_frames.budget_from_env()
