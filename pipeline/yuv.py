@@ -160,7 +160,10 @@ def paste_patch(
     rect = rect.copy()
     inner = rect[by1 - ey1 : by2 - ey1, bx1 - ex1 : bx2 - ex1]
     changed = np.zeros(rect.shape[:2], bool)
-    changed[by1 - ey1 : by2 - ey1, bx1 - ex1 : bx2 - ex1] = np.any(inner != pixels, axis=2)
+    # (per channel, or'd: np.any over the last axis took 1.4 ms of a 2.5 ms paste at
+    # 1080x1920, the or's 0.1)
+    ne = inner != pixels
+    changed[by1 - ey1 : by2 - ey1, bx1 - ex1 : bx2 - ex1] = ne[..., 0] | ne[..., 1] | ne[..., 2]
     if not changed.any():
         return
     inner[...] = pixels
@@ -168,7 +171,8 @@ def paste_patch(
     ry2, rx2 = min(ey2, h), min(ex2, w)  # an odd frame's padding is not written back
     luma = changed[: ry2 - ey1, : rx2 - ex1]
     y[ey1:ry2, ex1:rx2][luma] = my[: ry2 - ey1, : rx2 - ex1][luma]
-    blocks = changed.reshape((ey2 - ey1) // 2, 2, (ex2 - ex1) // 2, 2).any(axis=(1, 3))
+    rows = changed[0::2] | changed[1::2]  # the 2x2 blocks holding a change
+    blocks = rows[:, 0::2] | rows[:, 1::2]
     cy1, cx1 = ey1 // 2, ex1 // 2
     for plane, m in ((u, mu), (v, mv)):
         plane[cy1 : cy1 + blocks.shape[0], cx1 : cx1 + blocks.shape[1]][blocks] = m[blocks]
