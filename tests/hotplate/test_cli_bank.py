@@ -5,19 +5,16 @@ page's catalog does not list it as an attire. Whole processes, a real store."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from testkit import faces
+from testkit.cli_run import hotplate_alone
 from testkit.mouth_fixtures import espeak, talking_clip
 from tests.integrity.test_damaged_blobs import damage
 
 pytestmark = pytest.mark.slow  # end to end: a talking clip, whole processes, a real store
-
-HOTPLATE = [sys.executable, "-c", "from hotplate.cli import main; main()"]
 
 
 @pytest.fixture
@@ -33,22 +30,12 @@ def folders(tmp_path):
         tmp_path / "speech.wav",
     )
     talking_clip(face, wav, personas / "grace" / "speech.mp4")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOTPLATE_", "XDG_"))}
-    env["HOME"] = str(tmp_path / "home")
-    return personas, cache, env
+    return personas, cache
 
 
 def hp(folders, *args: str) -> subprocess.CompletedProcess:
-    personas, cache, env = folders
-    out = subprocess.run(
-        [*HOTPLATE, "--personas", str(personas), "--cache", str(cache), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out
+    personas, cache = folders
+    return hotplate_alone(personas.parent, cache, *args)
 
 
 def test_sync_builds_the_bank_and_ls_resolve_and_gc_know_it(folders):
@@ -80,7 +67,7 @@ def test_the_page_catalog_lists_no_speech_attire(folders):
     from hotplate.serve.catalog import list_catalog
     from pipeline.precompile.recipe import Recipe
 
-    personas, cache, _ = folders
+    personas, cache = folders
     store = open_store(cache)
     try:
         rows = list_catalog(store, personas, Recipe())

@@ -13,7 +13,6 @@ render asks for). Whole processes (the CLI), a real LMDB store; a small talking 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from cachestore.store import forget_store, open_store
-from hotplate.cli.common import invocation
 from testkit import faces
+from testkit.cli_run import hotplate_alone
 from testkit.mouth_fixtures import TALKING_RATE, espeak, talking_frames
 
 pytestmark = pytest.mark.slow  # end to end: a talking loop, whole processes, a real store
@@ -61,17 +60,7 @@ def root(built, tmp_path) -> Path:
 
 
 def hotplate(root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOTPLATE_", "XDG_"))}
-    env["HOME"] = str(root / "home")
-    out = subprocess.run(
-        invocation(root / "personas", root / "cache", *args),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out
+    return hotplate_alone(root, root / "cache", *args)
 
 
 def resolved(root: Path) -> dict:

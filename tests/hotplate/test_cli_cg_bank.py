@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hotplate.cli.common import invocation
+from testkit.cli_run import hotplate_alone
 from testkit.mouth_fixtures import espeak, video_frames
 
 pytestmark = pytest.mark.slow  # end to end: a CG clip, whole processes, the referee
@@ -50,18 +50,7 @@ def world(tmp_path_factory):
 
 
 def hotplate(root: Path, cache: str, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOTPLATE_", "XDG_"))}
-    env["HOME"] = str(root / "home")
-    out = subprocess.run(
-        invocation(root / "personas", root / cache, *args),
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=root,
-        timeout=900,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out
+    return hotplate_alone(root, root / cache, *args, cwd=root, timeout=900)
 
 
 def resolve(root: Path, cache: str, persona: str, attire: str) -> dict:

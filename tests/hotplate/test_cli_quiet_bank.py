@@ -15,15 +15,14 @@ building its loop just in time), a real store; the referee is dlib, not our land
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hotplate.cli.common import invocation
 from testkit import faces
+from testkit.cli_run import hotplate_alone
 from testkit.mouth_fixtures import (
     TALKING_RATE,
     correlation,
@@ -90,17 +89,7 @@ def renders(tmp_path_factory):
 
 
 def hotplate(root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOTPLATE_", "XDG_"))}
-    env["HOME"] = str(root / "home")
-    out = subprocess.run(
-        invocation(root / "personas", root / "cache", *args),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out
+    return hotplate_alone(root, root / "cache", *args)
 
 
 def test_the_bank_says_its_footages_range_of_openings(renders):
