@@ -12,7 +12,6 @@ concurrent gc cannot take the avatar away mid-render. Front ends only turn their
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -21,13 +20,10 @@ from pathlib import Path
 
 from cachestore.codec import CodecError
 from cachestore.flight import DEFAULT_WAIT
-from cachestore.leases import Lease
 from cachestore.store import Store
 from pipeline.precompile.recipe import Recipe
 from pipeline.render.live import LiveReport
 from pipeline.render.video import FragmentSink, RenderReport
-
-logger = logging.getLogger(__name__)
 
 # progress(step, done, total): step is "jit <stage>" during a JIT precompile, else "render"
 Progress = Callable[[str, int, int], None]
@@ -80,7 +76,6 @@ class LipSyncOutcome:
     render: RenderReport
     first_frame_seconds: float  # from the call until the first frame was encoded
     bank: str | None = None  # the mouth bank the mouths came from (warp), if any
-    bank_jit: bool = False  # the avatar was hot; only its loop's bank was built (jit too)
 
 
 def check_audio(audio: Path) -> None:
@@ -101,7 +96,6 @@ class HotAvatar:
     jit: bool
     jit_seconds: float
     bank: str | None = None  # the persona's hot mouth bank (warp only), leased with the avatar
-    bank_jit: bool = False  # only the loop's own bank was built for this request (hot avatar)
 
     def assets(self, store: Store):
         """The avatar's assets for the render, the persona's mouth bank with them."""
@@ -179,25 +173,6 @@ def hot_avatar(
             pulled = report.pulled is not None
         elif not store.readonly:
             store.count("hits")
-        bank_jit = False
-        if not jit and request.backend == "warp":
-            # a hot avatar whose loop has no bank under this bank version (a store from
-            # before the bank stage's version was bumped): its bank is built now, as a
-            # cold render's is, else every upgraded store renders the painted mouth
-            took = own_bank_just_in_time(
-                store,
-                found.path,
-                recipe,
-                avatar,
-                request,
-                progress,
-                lease,
-                flight_wait,
-                on_wait,
-                on_jit,
-            )
-            if took is not None:
-                jit, jit_seconds, bank_jit = True, took, True
         bank = None
         if request.backend == "warp":  # its mouths from the presenter's footage, when hot
             from pipeline.catalog import persona_bank
@@ -223,95 +198,7 @@ def hot_avatar(
                 bank = got[0]
                 if lease is not None:
                     lease.extend([bank])
-        yield HotAvatar(avatar, found.path, recipe, options, jit, jit_seconds, bank, bank_jit)
-
-
-# why a render of a hot avatar whose loop's bank is missing builds none
-NO_BANK_BUILD = {
-    "no_jit": "--no-jit was given",
-    "readonly": "the store is read-only here",
-    "older": "the avatar is an older build (a render builds none of its stages)",
-}
-
-
-def own_bank_just_in_time(
-    store: Store,
-    path: Path,
-    recipe: Recipe,
-    avatar: str,
-    request: LipSyncRequest,
-    progress: Progress,
-    lease: Lease | None,
-    flight_wait: float,
-    on_wait: Callable[[str], None] | None,
-    on_jit: Callable[[], None] | None,
-) -> float | None:
-    """Build the loop's own mouth bank when a render of its hot `avatar` finds it missing
-    (`own_bank_missing`): under its flight lock and the render's `lease`, asking the blob
-    tier first, as precompile builds it. Returns the seconds it took, or None when
-    nothing was built (there, a still, or one of NO_BANK_BUILD's cases, said on on_wait:
-    that render has the painted mouth)."""
-    from pipeline.precompile.run import precompile
-
-    missing = own_bank_missing(store, path, recipe, avatar)
-    if missing is None:
-        return None
-    if store.readonly:
-        missing = "readonly"
-    elif request.no_jit and missing == "build":
-        missing = "no_jit"
-    if missing != "build":
-        (on_wait or logger.info)(
-            f"{path.name}: its mouth bank is not built for this version and "
-            f"{NO_BANK_BUILD[missing]}: the painted mouth; `hotplate precompile {path}` builds it"
-        )
-        return None
-    if on_jit is not None:  # the render's JIT signal: the service counts it as a build
-        on_jit()
-    started = time.perf_counter()
-    precompile(
-        path,
-        recipe,
-        store,
-        bank=True,
-        progress=lambda stage, done, total: progress(f"jit {stage}", done, total),
-        flight_wait=flight_wait,
-        on_wait=on_wait,
-        lease=lease,  # gc keeps the bank's stages from before its first write
-    )
-    return time.perf_counter() - started
-
-
-def own_bank_missing(store: Store, path: Path, recipe: Recipe, avatar: str) -> str | None:
-    """Whether a render of the hot `avatar` of `path` builds its loop's own mouth bank
-    first (`hot_avatar`): None when the bank record is there under `recipe` and the bank
-    stage's version, whole (or `path` is a still: no footage of a mouth); "build" when it
-    is absent or damaged and its first stages (decode, track, landmarks) are the avatar's,
-    so it costs the bank stage alone; "older" when the avatar is an older build whose
-    first stages are not the bank's (`catalog.plan_for`): a render of it builds nothing,
-    as it builds no new avatar for it, and precompile or sync build both."""
-    from pipeline.catalog import bank_plan
-    from pipeline.hot import hot_check
-    from pipeline.media import is_still
-
-    if is_still(path):
-        return None
-    try:
-        planned = bank_plan(store, path, recipe, "loop")
-    except OSError:  # the file vanished since it was resolved: the render's own error
-        return None
-    if store.readonly:  # nothing can be rebuilt here, and a damaged blob is not removed
-        there = store.read_value("avatar", planned.avatar) is not None
-    else:
-        record, damaged = hot_check(store, planned.avatar)
-        there = record is not None and not damaged
-    if there:
-        return None
-    manifest = store.read_value("avatar", avatar)
-    if manifest is None:  # cold (`resolve` asks): a render's JIT build makes both
-        return "build"
-    shared = all(manifest["stages"].get(n) == k for n, k in planned.stages.items() if n != "bank")
-    return "build" if shared else "older"
+        yield HotAvatar(avatar, found.path, recipe, options, jit, jit_seconds, bank)
 
 
 def lip_sync(
@@ -374,7 +261,6 @@ def lip_sync(
         render=result,
         first_frame_seconds=render_called - started + result.first_frame_seconds,
         bank=hot.bank,
-        bank_jit=hot.bank_jit,
     )
 
 

@@ -459,10 +459,6 @@ def render(
         bars.close()
     result = outcome.render
     jit = f"JIT precompile {outcome.jit_seconds:.1f} s" if outcome.jit else "cache hit"
-    if outcome.bank_jit:  # the avatar was hot: only its loop's mouth bank was missing
-        jit = f"cache hit; JIT mouth bank of {outcome.source.name} {outcome.jit_seconds:.1f} s"
-    if outcome.bank is not None:  # which footage the mouths came from (resolve names it)
-        jit += f"; mouths from bank {outcome.bank[:12]}"
     click.echo(
         f"{jit}; first frame after {outcome.first_frame_seconds:.2f} s; {result.frames} frames "
         f"at {result.render_fps:.1f} fps ({result.profile} profile); wrote {result.out_path}"

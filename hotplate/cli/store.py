@@ -80,9 +80,6 @@ def resolve(
             else {**bank_info(store, found_bank[0]), "clip": str(found_bank[1])}
         )
     no_bank = None if bank is not None else not_talking(store, found.path, recipe)
-    bank_state, not_built = None, ""
-    if (backend or settings.renderer) == "warp":
-        bank_state, not_built = bank_state_of(store, found.path, recipe, p.avatar, bank)
     mouth = None
     if (backend or settings.renderer) == "warp":
         from pipeline.media import is_still
@@ -106,10 +103,6 @@ def resolve(
                 "why": why,
                 "bank": bank,
                 "no_bank": no_bank,  # the loop's own footage judged not talking: why
-                # "built" (its own or a persona's bank), "none" (no_bank says why, or a
-                # still with no talking footage), "not built" (its loop's bank is not in
-                # the store under this bank version: a precompile or a render builds it)
-                "bank_state": bank_state,
                 "mouth": mouth,
             }
         )
@@ -125,10 +118,6 @@ def resolve(
         from pipeline.catalog import describe_bank
 
         click.echo(f"bank     {bank['key']}  {Path(bank['clip']).name}: {describe_bank(bank)}")
-        if bank_state == "not built":  # a render builds the loop's own first, then takes it
-            click.echo(f"         {found.path.name}'s own: {not_built}")
-    elif bank_state == "not built":
-        click.echo(f"bank     none: {not_built}")
     elif (backend or settings.renderer) == "warp" and no_bank is not None:
         click.echo(f"bank     none: {found.path.name} judged not talking: {no_bank}")
     elif (backend or settings.renderer) == "warp":
@@ -147,32 +136,6 @@ MOUTHS = {  # what `hotplate resolve` says of the mouth a warp render shows
     " library's cavity and lower teeth",
     "painted": "painted (the mouth library unreadable or off)",
 }
-
-
-NOT_BUILT = "not yet built for this version: run hotplate precompile or render once"
-# an older avatar (`catalog.plan_for`): a render builds none of the bank's first stages
-NOT_BUILT_OLDER = (
-    "not yet built for this version: run hotplate precompile (the avatar is an older "
-    "build, whose stages a render does not rebuild)"
-)
-
-
-def bank_state_of(store, path: Path, recipe, avatar: str, bank: dict | None) -> tuple[str, str]:
-    """The bank's state, `resolve --json`'s `bank_state` ("built", "none" or "not
-    built"), and for "not built" the line that says so: the loop's own bank record is absent under this recipe
-    and bank version (a store from before the bank stage's last version, or a loop never
-    precompiled), which the next render of its hot avatar builds before it takes a bank
-    (`pipeline.lip_sync.own_bank_missing`), or precompile for an older avatar."""
-    from pipeline.media import is_still
-
-    if store is None:
-        return ("none", "") if is_still(path) else ("not built", NOT_BUILT)
-    from pipeline.lip_sync import own_bank_missing
-
-    missing = own_bank_missing(store, path, recipe, avatar)
-    if missing is not None:
-        return "not built", NOT_BUILT if missing == "build" else NOT_BUILT_OLDER
-    return ("built" if bank is not None else "none"), ""
 
 
 def not_talking(store, path: Path, recipe) -> str | None:
