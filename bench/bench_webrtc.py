@@ -690,35 +690,17 @@ def said_costs(costs: dict) -> str:
 def cost_figures(bench: Bench, size: str, inputs: dict, costs: dict, n: int) -> None:
     """Where one of `n` sessions' CPU goes per frame, and the memory it adds."""
     inputs = {**inputs, "sessions": n, "codec": costs["codec"]}
-    for stage in STAGES:
-        bench.figure(
-            f"{size}: a session's CPU per frame, {stage} (worker, {n} at once)",
-            costs["split"].get(stage, 0.0),
-            "ms",
-            better="lower",
-            inputs=inputs,
-        )
-    bench.figure(
-        f"{size}: the server's CPU per picture a session sent ({n} at once)",
-        costs["server_ms"],
-        "ms",
-        better="lower",
-        inputs=inputs,
-    )
-    bench.figure(
-        f"{size}: resident memory a session holds, its worker ({n} at once)",
-        costs["worker_rss"] / 2**20,
-        "MB",
-        better="lower",
-        inputs=inputs,
-    )
-    bench.figure(
-        f"{size}: resident memory a session adds to the server ({n} at once)",
-        costs["server_rss"] / 2**20,
-        "MB",
-        better="lower",
-        inputs=inputs,
-    )
+    rows = [
+        (f"a session's CPU per frame, {stage} (worker, ", costs["split"].get(stage, 0.0), "ms")
+        for stage in STAGES
+    ]
+    rows += [
+        ("the server's CPU per picture a session sent (", costs["server_ms"], "ms"),
+        ("resident memory a session holds, its worker (", costs["worker_rss"] / 2**20, "MB"),
+        ("resident memory a session adds to the server (", costs["server_rss"] / 2**20, "MB"),
+    ]
+    for name, value, unit in rows:  # each name ends where "N at once)" goes
+        bench.figure(f"{size}: {name}{n} at once)", value, unit, better="lower", inputs=inputs)
 
 
 def over_live(bench: Bench, srv, size: str, inputs: dict, seconds: float, mouth_ms: float):

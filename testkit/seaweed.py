@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from testkit.environment import environ_set
 from testkit.nginx import free_port
 from testkit.preconditions import require
 
@@ -116,16 +117,10 @@ def serving(root: Path) -> Iterator[SeaweedFS]:
     long as it serves (this process's obstore reads them, and so does every CLI it starts),
     then the environment as it was and the server stopped: a module fixture's body."""
     server = SeaweedFS(root).start()
-    saved = {k: os.environ.get(k) for k in server.env}
-    os.environ.update(server.env)
     try:
-        yield server
+        with environ_set(server.env):
+            yield server
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         server.stop()
 
 

@@ -51,6 +51,7 @@ import pytest
 from cachestore.store import forget_store, open_store
 from hotplate.cli.common import invocation
 from hotplate.demo_data import make_speech_audio
+from testkit.environment import environ_set
 from testkit.nginx import Nginx
 from testkit.serve_helpers import free_port, make_world, speak, speech
 
@@ -121,17 +122,9 @@ def start_cluster(caches: dict[str, Path]):
 def loopback_ray():
     """Every Ray process of the test (nodes, drivers, replicas, workers) inherits these:
     Ray then takes 127.0.0.1 as each node's address, not the first interface's."""
-    saved = {k: os.environ.get(k) for k in LOOPBACK_ONLY}
-    os.environ.update(LOOPBACK_ONLY)
-    try:
+    with environ_set(LOOPBACK_ONLY):
         ray_or_fail()
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @pytest.fixture(scope="module")
